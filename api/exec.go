@@ -1,0 +1,374 @@
+package api
+
+import (
+	"context"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"net/http"
+	"regexp"
+	"strings"
+	"unicode/utf8"
+
+	"github.com/google/uuid"
+	"github.com/labstack/echo/v4"
+
+	"github.com/sandboxd/sandboxd/admit"
+	"github.com/sandboxd/sandboxd/jobproto"
+	"github.com/sandboxd/sandboxd/profiles"
+	"github.com/sandboxd/sandboxd/runner"
+)
+
+// ExecRequest is the body of POST /exec.
+type ExecRequest struct {
+	Language string            `json:"language"`
+	Code     *string           `json:"code"`
+	Stdin    string            `json:"stdin"`
+	Files    []InFile          `json:"files"`
+	Env      map[string]string `json:"env"`
+	Profile  string            `json:"profile"`
+	Limits   *LimitsRequest    `json:"limits"`
+}
+
+// InFile is an input file; Content is base64 (standard alphabet, padded).
+type InFile struct {
+	Path    string `json:"path"`
+	Content string `json:"content"`
+}
+
+// LimitsRequest lowers the profile's limits; an omitted field keeps the
+// profile's value.
+type LimitsRequest struct {
+	TimeoutMS   *int64   `json:"timeout_ms"`
+	MemoryMB    *int64   `json:"memory_mb"`
+	CPUs        *float64 `json:"cpus"`
+	Pids        *int64   `json:"pids"`
+	OutputBytes *int64   `json:"output_bytes"`
+	TmpfsMB     *int64   `json:"tmpfs_mb"`
+}
+
+// ExecResponse is the body of a 200 from POST /exec.
+type ExecResponse struct {
+	ID              string          `json:"id"`
+	Status          string          `json:"status"`
+	ExitCode        int             `json:"exit_code"`
+	Signal          string          `json:"signal"`
+	Message         string          `json:"message,omitempty"`
+	Stdout          string          `json:"stdout"`
+	Stderr          string          `json:"stderr"`
+	StdoutBase64    string          `json:"stdout_base64,omitempty"`
+	StderrBase64    string          `json:"stderr_base64,omitempty"`
+	StdoutTruncated bool            `json:"stdout_truncated"`
+	StderrTruncated bool            `json:"stderr_truncated"`
+	DurationMS      int64           `json:"duration_ms"`
+	Usage           Usage           `json:"usage"`
+	Files           []OutFile       `json:"files"`
+	SkippedFiles    []SkippedFile   `json:"skipped_files"`
+	Limits          profiles.Limits `json:"limits"`
+	Profile         ProfileRef      `json:"profile"`
+	Image           string          `json:"image"`
+}
+
+// Usage is the resource use the launcher measured.
+type Usage struct {
+	UserCPUMS int64 `json:"user_cpu_ms"`
+	SysCPUMS  int64 `json:"sys_cpu_ms"`
+	MaxRSSKB  int64 `json:"max_rss_kb"`
+}
+
+// OutFile is a file returned from /sandbox/out; Content is base64.
+type OutFile struct {
+	Path    string `json:"path"`
+	Size    int64  `json:"size"`
+	Mode    string `json:"mode"`
+	Content string `json:"content"`
+}
+
+// SkippedFile is an entry of /sandbox/out that was not returned.
+type SkippedFile struct {
+	Path   string `json:"path"`
+	Reason string `json:"reason"`
+}
+
+// ProfileRef names a profile and the version that served the request.
+type ProfileRef struct {
+	Name    string `json:"name"`
+	Version string `json:"version"`
+}
+
+var envNamePattern = regexp.MustCompile(`^[A-Z_][A-Z0-9_]*$`)
+
+// Limits on the env field.
+const (
+	maxEnvVars     = 64
+	maxEnvValueLen = 32 << 10
+)
+
+func (s *Server) exec(c echo.Context) error {
+	var req ExecRequest
+	if err := decodeJSON(c, s.cfg.MaxBodyBytes, &req); err != nil {
+		return err
+	}
+	spec, err := s.buildSpec(&req)
+	if err != nil {
+		return err
+	}
+	c.Set(ctxProfile, spec.Profile.Name)
+
+	release, err := s.cfg.Gate.Acquire(c.Request().Context())
+	if err != nil {
+		if errors.Is(err, admit.ErrBusy) {
+			running, waiting, slots := s.cfg.Gate.Stats()
+			return &Error{Status: http.StatusTooManyRequests, Code: CodeBusy, RetryAfter: 1 + waiting/max(slots, 1),
+				Message: fmt.Sprintf("all %d run slots are busy (%d running, %d waiting); retry after the Retry-After seconds", slots, running, waiting)}
+		}
+		return &Error{Status: http.StatusServiceUnavailable, Code: CodeUnavailable, Message: "the request ended while waiting for a run slot"}
+	}
+	defer release()
+
+	// The run ends when the client goes away or sandboxd shuts down.
+	s.runs.Add(1)
+	defer s.runs.Done()
+	ctx, cancel := context.WithCancelCause(c.Request().Context())
+	defer cancel(nil)
+	stop := context.AfterFunc(s.runCtx, func() { cancel(context.Cause(s.runCtx)) })
+	defer stop()
+
+	log := requestLogger(c, s.log).With("exec_id", spec.ID, "profile", spec.Profile.Name)
+	res, err := s.cfg.Engine.Run(ctx, spec)
+	if err != nil {
+		log.Error("run failed", "err", err)
+		switch {
+		case errors.Is(err, runner.ErrImageMissing):
+			return &Error{Status: http.StatusServiceUnavailable, Code: CodeUnavailable, Message: err.Error()}
+		case errors.Is(err, runner.ErrEngine):
+			return &Error{Status: http.StatusServiceUnavailable, Code: CodeUnavailable, Message: "the container engine failed to run the sandbox; retry later"}
+		}
+		return err
+	}
+	c.Set(ctxRunStatus, res.Status)
+	log.Info("run finished", "status", res.Status, "exit_code", res.ExitCode, "duration_ms", res.Duration.Milliseconds(),
+		"stdout_bytes", len(res.Stdout), "stderr_bytes", len(res.Stderr), "files", len(res.Files), "image", res.ImageID)
+	return c.JSON(http.StatusOK, toResponse(spec, res))
+}
+
+// buildSpec validates the request against its profile and returns the run.
+func (s *Server) buildSpec(req *ExecRequest) (*runner.Spec, error) {
+	switch req.Language {
+	case "python":
+	case "":
+		return nil, validation("language", `language is required; the only supported value is "python"`)
+	default:
+		return nil, validation("language", `unsupported language %q; the only supported value is "python"`, req.Language)
+	}
+	name := req.Profile
+	if name == "" {
+		name = "default"
+	}
+	prof, ok := s.cfg.Profiles.Exec[name]
+	if !ok {
+		return nil, validation("profile", "no exec profile named %q; available: %s", name, strings.Join(s.cfg.Profiles.Names(), ", "))
+	}
+	if req.Code == nil {
+		return nil, validation("code", "code is required: the Python source to run")
+	}
+	if int64(len(*req.Code)) > prof.MaxCodeBytes {
+		return nil, validation("code", "code is %d bytes; profile %q allows at most %d", len(*req.Code), prof.Name, prof.MaxCodeBytes)
+	}
+	if int64(len(req.Stdin)) > prof.MaxStdinBytes {
+		return nil, validation("stdin", "stdin is %d bytes; profile %q allows at most %d", len(req.Stdin), prof.Name, prof.MaxStdinBytes)
+	}
+	limits, err := effectiveLimits(prof, req.Limits)
+	if err != nil {
+		return nil, err
+	}
+	files, err := decodeFiles(prof, limits, req.Files)
+	if err != nil {
+		return nil, err
+	}
+	if err := checkEnv(req.Env); err != nil {
+		return nil, err
+	}
+	return &runner.Spec{
+		ID:      "ex_" + strings.ReplaceAll(uuid.NewString(), "-", ""),
+		Profile: prof,
+		Limits:  limits,
+		Job: jobproto.Job{
+			Code:             []byte(*req.Code),
+			Stdin:            []byte(req.Stdin),
+			Files:            files,
+			Env:              req.Env,
+			TimeoutMS:        limits.TimeoutMS,
+			OutputBytes:      limits.OutputBytes,
+			MaxOutFileBytes:  prof.Files.MaxOutputFileBytes,
+			MaxOutTotalBytes: prof.Files.MaxOutputTotalBytes,
+			MaxOutCount:      prof.Files.MaxOutputCount,
+		},
+	}, nil
+}
+
+// effectiveLimits lowers the profile's limits by the request's; a value above
+// the profile's ceiling, or below a workable floor, is refused.
+func effectiveLimits(p *profiles.Exec, r *LimitsRequest) (profiles.Limits, error) {
+	l := p.Limits
+	if r == nil {
+		return l, nil
+	}
+	lowerInt := func(field string, v *int64, ceiling, floor int64, dst *int64) error {
+		if v == nil {
+			return nil
+		}
+		switch {
+		case *v > ceiling:
+			return validation("limits."+field, "%d is above the ceiling of %d set by profile %q; a request may only lower limits", *v, ceiling, p.Name)
+		case *v < floor:
+			return validation("limits."+field, "%d is below the minimum of %d", *v, floor)
+		}
+		*dst = *v
+		return nil
+	}
+	for _, f := range []struct {
+		name           string
+		v              *int64
+		ceiling, floor int64
+		dst            *int64
+	}{
+		{"timeout_ms", r.TimeoutMS, p.Limits.TimeoutMS, 1, &l.TimeoutMS},
+		{"memory_mb", r.MemoryMB, p.Limits.MemoryMB, 16, &l.MemoryMB},
+		{"pids", r.Pids, p.Limits.Pids, 1, &l.Pids},
+		{"output_bytes", r.OutputBytes, p.Limits.OutputBytes, 0, &l.OutputBytes},
+		{"tmpfs_mb", r.TmpfsMB, p.Limits.TmpfsMB, 1, &l.TmpfsMB},
+	} {
+		if err := lowerInt(f.name, f.v, f.ceiling, f.floor, f.dst); err != nil {
+			return l, err
+		}
+	}
+	if r.CPUs != nil {
+		switch v := *r.CPUs; {
+		case v > p.Limits.CPUs:
+			return l, validation("limits.cpus", "%g is above the ceiling of %g set by profile %q; a request may only lower limits", v, p.Limits.CPUs, p.Name)
+		case v < 0.01:
+			return l, validation("limits.cpus", "%g is below the minimum of 0.01", v)
+		}
+		l.CPUs = *r.CPUs
+	}
+	return l, nil
+}
+
+func decodeFiles(p *profiles.Exec, l profiles.Limits, in []InFile) ([]jobproto.File, error) {
+	if len(in) > p.Files.MaxInputCount {
+		return nil, validation("files", "%d files sent; profile %q allows at most %d", len(in), p.Name, p.Files.MaxInputCount)
+	}
+	out := make([]jobproto.File, 0, len(in))
+	seen := map[string]bool{}
+	var total int64
+	for i, f := range in {
+		field := fmt.Sprintf("files[%d]", i)
+		if err := jobproto.CheckPath(f.Path); err != nil {
+			return nil, validation(field+".path", "%q: %v", f.Path, err)
+		}
+		if f.Path == "out" {
+			return nil, validation(field+".path", `"out" is the output directory; put input files elsewhere or inside it`)
+		}
+		if seen[f.Path] {
+			return nil, validation(field+".path", "%q is given twice", f.Path)
+		}
+		seen[f.Path] = true
+		content, err := base64.StdEncoding.DecodeString(f.Content)
+		if err != nil {
+			return nil, validation(field+".content", "content must be standard base64: %v", err)
+		}
+		total += int64(len(content))
+		if total > p.Files.MaxInputBytes {
+			return nil, validation("files", "input files total more than the %d bytes profile %q allows", p.Files.MaxInputBytes, p.Name)
+		}
+		out = append(out, jobproto.File{Path: f.Path, Content: content})
+	}
+	// A path that is also a directory of another path cannot be written.
+	for path := range seen {
+		for dir := path; ; {
+			i := strings.LastIndexByte(dir, '/')
+			if i < 0 {
+				break
+			}
+			dir = dir[:i]
+			if seen[dir] {
+				return nil, validation("files", "%q is a file and also the directory of %q", dir, path)
+			}
+		}
+	}
+	if total > (l.TmpfsMB<<20)*3/4 {
+		return nil, validation("files", "input files (%d bytes) do not fit in the %d MiB /sandbox scratch space", total, l.TmpfsMB)
+	}
+	return out, nil
+}
+
+func checkEnv(env map[string]string) error {
+	if len(env) > maxEnvVars {
+		return validation("env", "%d variables sent; at most %d are allowed", len(env), maxEnvVars)
+	}
+	for k, v := range env {
+		field := "env." + k
+		switch {
+		case !envNamePattern.MatchString(k):
+			return validation("env", "variable name %q is not allowed: names match [A-Z_][A-Z0-9_]*", k)
+		case k == "PATH" || k == "HOME" || strings.HasPrefix(k, "PYTHON") || strings.HasPrefix(k, "LD_"):
+			return validation(field, "%s may not be overridden (PATH, HOME, PYTHON* and LD_* are reserved)", k)
+		case len(v) > maxEnvValueLen:
+			return validation(field, "value is %d bytes; at most %d are allowed", len(v), maxEnvValueLen)
+		case strings.IndexByte(v, 0) >= 0:
+			return validation(field, "value contains a NUL byte")
+		}
+	}
+	return nil
+}
+
+func toResponse(spec *runner.Spec, res *runner.Result) *ExecResponse {
+	r := &ExecResponse{
+		ID:              spec.ID,
+		Status:          res.Status,
+		ExitCode:        res.ExitCode,
+		Signal:          res.Signal,
+		Message:         res.Message,
+		StdoutTruncated: res.StdoutTruncated,
+		StderrTruncated: res.StderrTruncated,
+		DurationMS:      res.Duration.Milliseconds(),
+		Usage:           Usage{UserCPUMS: res.UserCPU.Milliseconds(), SysCPUMS: res.SysCPU.Milliseconds(), MaxRSSKB: res.MaxRSSKB},
+		Files:           []OutFile{},
+		SkippedFiles:    []SkippedFile{},
+		Limits:          spec.Limits,
+		Profile:         ProfileRef{Name: spec.Profile.Name, Version: spec.Profile.Version},
+		Image:           res.ImageID,
+	}
+	r.Stdout, r.StdoutBase64 = textOf(res.Stdout, res.StdoutTruncated)
+	r.Stderr, r.StderrBase64 = textOf(res.Stderr, res.StderrTruncated)
+	for _, f := range res.Files {
+		r.Files = append(r.Files, OutFile{Path: f.Path, Size: int64(len(f.Content)), Mode: fmt.Sprintf("%04o", f.Mode), Content: base64.StdEncoding.EncodeToString(f.Content)})
+	}
+	for _, sk := range res.Skipped {
+		r.SkippedFiles = append(r.SkippedFiles, SkippedFile{Path: sk.Path, Reason: sk.Reason})
+	}
+	return r
+}
+
+// textOf returns output as valid UTF-8 text; when the bytes are not valid
+// UTF-8 it also returns them exactly, as base64. A multi-byte character cut
+// by truncation at the end does not count as invalid.
+func textOf(b []byte, truncated bool) (string, string) {
+	check := b
+	if truncated {
+		for i := 0; i < utf8.UTFMax && len(check) > 0; i++ {
+			if r, _ := utf8.DecodeLastRune(check); r != utf8.RuneError {
+				break
+			}
+			check = check[:len(check)-1]
+		}
+		if utf8.Valid(check) {
+			return string(check), ""
+		}
+	}
+	if utf8.Valid(b) {
+		return string(b), ""
+	}
+	return strings.ToValidUTF8(string(b), "\uFFFD"), base64.StdEncoding.EncodeToString(b)
+}

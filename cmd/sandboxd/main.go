@@ -1,0 +1,258 @@
+// Command sandboxd runs untrusted Python for AI agents in fresh, locked-down
+// containers.
+//
+//	sandboxd serve [--addr 127.0.0.1:8080] [--data-dir ./data] [--profiles-dir ./profiles] [--keys-file FILE]
+//	sandboxd profiles check DIR
+//	sandboxd version
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/sandboxd/sandboxd/admit"
+	"github.com/sandboxd/sandboxd/api"
+	"github.com/sandboxd/sandboxd/auth"
+	"github.com/sandboxd/sandboxd/profiles"
+	"github.com/sandboxd/sandboxd/runner"
+)
+
+// version is set at build time with -ldflags "-X main.version=...".
+var version = "dev"
+
+const usage = `usage:
+  sandboxd serve [flags]          run the HTTP service (sandboxd serve -h lists the flags)
+  sandboxd profiles check DIR     validate every profile under DIR
+  sandboxd version                print the version
+`
+
+func main() {
+	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
+}
+
+func run(args []string, stdout, stderr io.Writer) int {
+	if len(args) == 0 {
+		fmt.Fprint(stderr, usage)
+		return 2
+	}
+	switch args[0] {
+	case "serve":
+		return serve(args[1:], stderr)
+	case "profiles":
+		if len(args) != 3 || args[1] != "check" {
+			fmt.Fprint(stderr, "usage: sandboxd profiles check DIR\n")
+			return 2
+		}
+		set, err := profiles.Load(args[2])
+		if err != nil {
+			fmt.Fprintln(stderr, err)
+			return 1
+		}
+		for _, name := range set.Names() {
+			p := set.Exec[name]
+			fmt.Fprintf(stdout, "%s: exec profile %q ok (version %s)\n", p.Source, name, p.Version[:12])
+		}
+		return 0
+	case "version", "--version", "-v":
+		fmt.Fprintf(stdout, "sandboxd %s %s %s/%s\n", version, runtime.Version(), runtime.GOOS, runtime.GOARCH)
+		return 0
+	case "help", "-h", "--help":
+		fmt.Fprint(stdout, usage)
+		return 0
+	}
+	fmt.Fprintf(stderr, "sandboxd: unknown command %q\n%s", args[0], usage)
+	return 2
+}
+
+type serveConfig struct {
+	addr, dataDir, profilesDir, keysFile string
+	maxRuns, queue                       int
+	queueWait, shutdownGrace             time.Duration
+	maxBodyMB                            int64
+	logLevel                             string
+}
+
+// envDefault returns the value of SANDBOXD_<NAME> or def.
+func envDefault(name, def string) string {
+	if v, ok := os.LookupEnv("SANDBOXD_" + name); ok {
+		return v
+	}
+	return def
+}
+
+func envInt(name string, def int) int {
+	if v, err := strconv.Atoi(envDefault(name, "")); err == nil {
+		return v
+	}
+	return def
+}
+
+func envDuration(name string, def time.Duration) time.Duration {
+	if v, err := time.ParseDuration(envDefault(name, "")); err == nil {
+		return v
+	}
+	return def
+}
+
+func parseServe(args []string, stderr io.Writer) (*serveConfig, error) {
+	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	c := &serveConfig{}
+	fs.StringVar(&c.addr, "addr", envDefault("ADDR", "127.0.0.1:8080"), "listen address (env SANDBOXD_ADDR)")
+	fs.StringVar(&c.dataDir, "data-dir", envDefault("DATA_DIR", "./data"), "data directory (env SANDBOXD_DATA_DIR)")
+	fs.StringVar(&c.profilesDir, "profiles-dir", envDefault("PROFILES_DIR", "./profiles"), "profiles directory (env SANDBOXD_PROFILES_DIR)")
+	fs.StringVar(&c.keysFile, "keys-file", envDefault("KEYS_FILE", ""), "API keys file; without it a development key is generated and printed once (env SANDBOXD_KEYS_FILE)")
+	fs.IntVar(&c.maxRuns, "max-runs", envInt("MAX_RUNS", 2*runtime.NumCPU()), "runs at once (env SANDBOXD_MAX_RUNS)")
+	fs.IntVar(&c.queue, "queue", envInt("QUEUE", 4*runtime.NumCPU()), "requests that may wait for a run slot; past that, 429 BUSY (env SANDBOXD_QUEUE)")
+	fs.DurationVar(&c.queueWait, "queue-wait", envDuration("QUEUE_WAIT", 30*time.Second), "longest wait for a run slot (env SANDBOXD_QUEUE_WAIT)")
+	fs.DurationVar(&c.shutdownGrace, "shutdown-grace", envDuration("SHUTDOWN_GRACE", 15*time.Second), "on SIGTERM, how long running jobs may finish before they are killed (env SANDBOXD_SHUTDOWN_GRACE)")
+	fs.Int64Var(&c.maxBodyMB, "max-body-mb", int64(envInt("MAX_BODY_MB", 32)), "largest request body in MiB (env SANDBOXD_MAX_BODY_MB)")
+	fs.StringVar(&c.logLevel, "log-level", envDefault("LOG_LEVEL", "info"), "debug, info, warn or error (env SANDBOXD_LOG_LEVEL)")
+	if err := fs.Parse(args); err != nil {
+		return nil, err
+	}
+	if fs.NArg() > 0 {
+		return nil, fmt.Errorf("unexpected argument %q", fs.Arg(0))
+	}
+	return c, nil
+}
+
+func serve(args []string, stderr io.Writer) int {
+	cfg, err := parseServe(args, stderr)
+	if err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
+		fmt.Fprintln(stderr, "sandboxd serve:", err)
+		return 2
+	}
+	var level slog.Level
+	if err := level.UnmarshalText([]byte(cfg.logLevel)); err != nil {
+		fmt.Fprintln(stderr, "sandboxd serve: --log-level:", err)
+		return 2
+	}
+	log := slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
+	if err := serveWith(cfg, log, stderr); err != nil {
+		log.Error("sandboxd stopped", "err", err)
+		return 1
+	}
+	return 0
+}
+
+func serveWith(cfg *serveConfig, log *slog.Logger, console io.Writer) error {
+	set, err := profiles.Load(cfg.profilesDir)
+	if err != nil {
+		return fmt.Errorf("loading profiles: %w", err)
+	}
+	keys, err := loadKeys(cfg.keysFile, log, console)
+	if err != nil {
+		return err
+	}
+	dataDir, err := filepath.Abs(cfg.dataDir)
+	if err != nil {
+		return err
+	}
+	if err := os.MkdirAll(dataDir, 0o700); err != nil {
+		return fmt.Errorf("creating the data dir: %w", err)
+	}
+	eng, err := runner.New(log, runner.InstanceID(dataDir))
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	if err := eng.Ping(ctx); err != nil {
+		log.Warn("container engine not reachable at start-up; /readyz reports it", "err", err)
+	} else if n, err := eng.Cleanup(ctx); err != nil {
+		log.Warn("removing leftover containers failed", "err", err)
+	} else if n > 0 {
+		log.Info("removed containers left by an earlier process", "count", n)
+	}
+	cancel()
+
+	srv := api.New(api.Config{
+		DataDir:      dataDir,
+		Profiles:     set,
+		Keys:         keys,
+		Engine:       eng,
+		Gate:         admit.New(cfg.maxRuns, cfg.queue, cfg.queueWait),
+		Log:          log,
+		MaxBodyBytes: cfg.maxBodyMB << 20,
+		Version:      version,
+	})
+	ln, err := net.Listen("tcp", cfg.addr)
+	if err != nil {
+		return fmt.Errorf("listening on %s: %w", cfg.addr, err)
+	}
+	hs := &http.Server{
+		Handler:           srv.Handler(),
+		ReadHeaderTimeout: 10 * time.Second,
+		IdleTimeout:       120 * time.Second,
+		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+	}
+	log.Info("sandboxd listening", "addr", ln.Addr().String(), "version", version, "data_dir", dataDir,
+		"profiles", strings.Join(set.Names(), ","), "max_runs", cfg.maxRuns, "queue", cfg.queue)
+
+	serveErr := make(chan error, 1)
+	go func() { serveErr <- hs.Serve(ln) }()
+	sigs := make(chan os.Signal, 1)
+	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT)
+	select {
+	case err := <-serveErr:
+		return err
+	case sig := <-sigs:
+		log.Info("shutting down", "signal", sig.String(), "grace", cfg.shutdownGrace.String())
+	}
+	signal.Stop(sigs)
+
+	// Stop accepting; let running jobs finish within the grace period; then
+	// kill what is left; then wait until every container is removed.
+	graceCtx, cancelGrace := context.WithTimeout(context.Background(), cfg.shutdownGrace)
+	defer cancelGrace()
+	go func() { _ = hs.Shutdown(graceCtx) }()
+	if !srv.WaitRuns(graceCtx) {
+		log.Warn("killing runs still going at the end of the grace period")
+	}
+	killCtx, cancelKill := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancelKill()
+	if err := srv.KillRuns(killCtx, api.ErrShutdown()); err != nil {
+		log.Error("runs did not stop", "err", err)
+	}
+	_ = hs.Shutdown(killCtx)
+	if err := eng.Close(killCtx); err != nil {
+		return err
+	}
+	log.Info("sandboxd stopped")
+	return nil
+}
+
+func loadKeys(path string, log *slog.Logger, console io.Writer) (*auth.Keyring, error) {
+	if path == "" {
+		key, ring := auth.Generate("dev", "dev", auth.RoleAdmin)
+		// Printed once to the console, never to the structured log.
+		fmt.Fprintf(console, "\nsandboxd: no --keys-file given; development key (tenant dev, role admin), valid until this process exits:\n\n    %s\n\n", key)
+		log.Warn("using a generated development key; pass --keys-file in production")
+		return ring, nil
+	}
+	ring, warnings, err := auth.LoadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("loading keys: %w", err)
+	}
+	for _, w := range warnings {
+		log.Warn(w)
+	}
+	return ring, nil
+}

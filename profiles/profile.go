@@ -1,0 +1,67 @@
+// Package profiles loads and validates the YAML profiles that security teams
+// edit: exec job classes (profiles/exec/*.yaml) and the seccomp filters they
+// name (profiles/seccomp/*.json).
+package profiles
+
+// Limits are the resource ceilings of an exec job class. A request may lower
+// any of them, never raise them.
+type Limits struct {
+	TimeoutMS   int64   `yaml:"timeout_ms" json:"timeout_ms"`
+	MemoryMB    int64   `yaml:"memory_mb" json:"memory_mb"`
+	CPUs        float64 `yaml:"cpus" json:"cpus"`
+	Pids        int64   `yaml:"pids" json:"pids"`
+	OutputBytes int64   `yaml:"output_bytes" json:"output_bytes"`
+	TmpfsMB     int64   `yaml:"tmpfs_mb" json:"tmpfs_mb"`
+}
+
+// FileLimits cap the files a job may send in and bring back out.
+type FileLimits struct {
+	// MaxInputBytes caps the decoded size of all input files together.
+	MaxInputBytes int64 `yaml:"max_input_bytes" json:"max_input_bytes"`
+	// MaxInputCount caps how many input files a request may carry.
+	MaxInputCount int `yaml:"max_input_count" json:"max_input_count"`
+	// MaxOutputFileBytes caps one file returned from /sandbox/out.
+	MaxOutputFileBytes int64 `yaml:"max_output_file_bytes" json:"max_output_file_bytes"`
+	// MaxOutputTotalBytes caps all files returned from /sandbox/out together.
+	MaxOutputTotalBytes int64 `yaml:"max_output_total_bytes" json:"max_output_total_bytes"`
+	// MaxOutputCount caps how many entries of /sandbox/out are reported.
+	MaxOutputCount int `yaml:"max_output_count" json:"max_output_count"`
+}
+
+// Exec is one exec job class, loaded from profiles/exec/NAME.yaml.
+type Exec struct {
+	Name        string `yaml:"name"`
+	Description string `yaml:"description"`
+	// Image is the sandbox image reference, e.g. sandboxd/python:3.11.
+	Image string `yaml:"image"`
+	// Runtime is the OCI runtime: "runc" now; "runsc" comes with hardening.
+	Runtime string `yaml:"runtime"`
+	// User is the uid:gid the code runs as; never 0.
+	User string `yaml:"user"`
+	// Seccomp names a file under profiles/seccomp/.
+	Seccomp string `yaml:"seccomp"`
+	// Egress names the egress profile; "none" means no network at all.
+	Egress string `yaml:"egress"`
+
+	Limits Limits     `yaml:"limits"`
+	Files  FileLimits `yaml:"files"`
+
+	// MaxCodeBytes caps the size of the code field.
+	MaxCodeBytes int64 `yaml:"max_code_bytes"`
+	// MaxStdinBytes caps the size of the stdin field.
+	MaxStdinBytes int64 `yaml:"max_stdin_bytes"`
+	// Nofile is the open-files ulimit (soft and hard).
+	Nofile int64 `yaml:"nofile"`
+	// FileSizeMB is the file-size ulimit: no single file written may grow past it.
+	FileSizeMB int64 `yaml:"file_size_mb"`
+	// ShmMB is the size of /dev/shm.
+	ShmMB int64 `yaml:"shm_mb"`
+
+	// Version is the sha256 (hex) of the profile's normalised content,
+	// including the seccomp filter it names. Set by the loader.
+	Version string `yaml:"-"`
+	// SeccompJSON is the content of the named seccomp file. Set by the loader.
+	SeccompJSON []byte `yaml:"-"`
+	// Source is the file the profile was loaded from. Set by the loader.
+	Source string `yaml:"-"`
+}

@@ -1,0 +1,464 @@
+// Package runner runs one job in a fresh, locked-down container through the
+// Docker Engine API and removes the container afterwards, on every path.
+package runner
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/docker/docker/api/types/container"
+	"github.com/docker/docker/api/types/filters"
+	"github.com/docker/docker/client"
+	"github.com/docker/docker/pkg/stdcopy"
+
+	"github.com/sandboxd/sandboxd/jobproto"
+	"github.com/sandboxd/sandboxd/profiles"
+)
+
+// Labels on every container sandboxd creates.
+const (
+	LabelManaged  = "sandboxd.managed"
+	LabelExecID   = "sandboxd.exec-id"
+	LabelInstance = "sandboxd.instance"
+)
+
+// LauncherPath is where the sandbox image carries the launcher.
+const LauncherPath = "/usr/local/bin/sandboxd-launcher"
+
+// Statuses of a finished run.
+const (
+	StatusOK      = "ok"      // exit code 0
+	StatusError   = "error"   // any other exit code
+	StatusTimeout = "timeout" // killed at the wall-time limit
+	StatusOOM     = "oom"     // killed by the kernel at the memory limit
+	StatusKilled  = "killed"  // ended by a signal, or stopped by sandboxd (shutdown, cancel)
+)
+
+// pidsOverhead is added to the profile's pids limit for the container's init
+// process and the launcher's threads, so the code gets what the profile says.
+const pidsOverhead = 16
+
+// killGrace is how long after the launcher's own deadline sandboxd kills the
+// container from outside. Keep the sum well under one second.
+const killGrace = 500 * time.Millisecond
+
+// Spec is one run.
+type Spec struct {
+	ID      string
+	Profile *profiles.Exec
+	// Limits are the effective limits: the profile's, lowered by the request.
+	Limits profiles.Limits
+	Job    jobproto.Job
+}
+
+// OutFile is a file the code left under /sandbox/out.
+type OutFile struct {
+	Path    string
+	Mode    uint32
+	Content []byte
+}
+
+// Result is what a run that started produced.
+type Result struct {
+	Status          string
+	ExitCode        int
+	Signal          string
+	Stdout, Stderr  []byte
+	StdoutTruncated bool
+	StderrTruncated bool
+	Duration        time.Duration
+	UserCPU, SysCPU time.Duration
+	MaxRSSKB        int64
+	Files           []OutFile
+	Skipped         []jobproto.Skipped
+	ImageID         string
+	// Message explains a status the exit code does not (timeout, oom, killed).
+	Message string
+}
+
+// Error kinds returned by Run, so callers can map them to responses.
+var (
+	ErrImageMissing = errors.New("sandbox image is not present")
+	ErrEngine       = errors.New("container engine error")
+	ErrLauncher     = errors.New("sandbox launcher failed")
+)
+
+// Runner starts containers through one engine client.
+type Runner struct {
+	cli      *client.Client
+	log      *slog.Logger
+	instance string
+	removals sync.WaitGroup
+}
+
+// New connects to the engine named by the environment (DOCKER_HOST etc.),
+// negotiating the API version so that any engine from 20.10 on works.
+// instance names this sandboxd's containers (see Cleanup).
+func New(log *slog.Logger, instance string) (*Runner, error) {
+	cli, err := client.NewClientWithOpts(client.FromEnv, client.WithAPIVersionNegotiation())
+	if err != nil {
+		return nil, fmt.Errorf("connecting to the container engine: %w", err)
+	}
+	return &Runner{cli: cli, log: log, instance: instance}, nil
+}
+
+// InstanceID derives a stable instance name from a data directory, so a
+// restarted sandboxd recognises the containers its predecessor left.
+func InstanceID(dataDir string) string {
+	h := sha256.Sum256([]byte(dataDir))
+	return hex.EncodeToString(h[:6])
+}
+
+// Ping checks that the engine answers.
+func (r *Runner) Ping(ctx context.Context) error {
+	_, err := r.cli.Ping(ctx)
+	return err
+}
+
+// ImageID resolves an image reference to the ID of a locally present image.
+func (r *Runner) ImageID(ctx context.Context, ref string) (string, error) {
+	img, err := r.cli.ImageInspect(ctx, ref)
+	if err != nil {
+		if client.IsErrNotFound(err) {
+			return "", fmt.Errorf("%w: %s (build it with `make image`)", ErrImageMissing, ref)
+		}
+		return "", fmt.Errorf("%w: inspecting image %s: %v", ErrEngine, ref, err)
+	}
+	return img.ID, nil
+}
+
+// Runtimes lists the OCI runtimes the engine offers.
+func (r *Runner) Runtimes(ctx context.Context) ([]string, error) {
+	info, err := r.cli.Info(ctx)
+	if err != nil {
+		return nil, err
+	}
+	var names []string
+	for name := range info.Runtimes {
+		names = append(names, name)
+	}
+	return names, nil
+}
+
+// Cleanup removes the containers of this instance that an earlier process
+// left behind, and returns how many it removed.
+func (r *Runner) Cleanup(ctx context.Context) (int, error) {
+	list, err := r.cli.ContainerList(ctx, container.ListOptions{
+		All: true,
+		Filters: filters.NewArgs(
+			filters.Arg("label", LabelManaged+"=true"),
+			filters.Arg("label", LabelInstance+"="+r.instance),
+		),
+	})
+	if err != nil {
+		return 0, fmt.Errorf("listing leftover containers: %w", err)
+	}
+	n := 0
+	for _, c := range list {
+		if err := r.cli.ContainerRemove(ctx, c.ID, container.RemoveOptions{Force: true, RemoveVolumes: true}); err != nil && !client.IsErrNotFound(err) {
+			return n, fmt.Errorf("removing leftover container %s: %w", c.ID[:12], err)
+		}
+		n++
+	}
+	return n, nil
+}
+
+// Close waits for pending container removals, at most until ctx ends.
+func (r *Runner) Close(ctx context.Context) error {
+	done := make(chan struct{})
+	go func() { r.removals.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-ctx.Done():
+		return fmt.Errorf("waiting for container removals: %w", ctx.Err())
+	}
+	return r.cli.Close()
+}
+
+// CreateOptions builds the container configuration for a spec. It is the
+// single place where the lockdown is written down.
+func CreateOptions(spec *Spec, imageID, instance string) (*container.Config, *container.HostConfig, error) {
+	p := spec.Profile
+	l := spec.Limits
+	uid, _, err := splitUser(p.User)
+	if err != nil {
+		return nil, nil, err
+	}
+	pids := l.Pids + pidsOverhead
+	mem := l.MemoryMB << 20
+	init := true
+	cfg := &container.Config{
+		Image:        imageID,
+		Entrypoint:   []string{LauncherPath},
+		Cmd:          nil,
+		User:         p.User,
+		WorkingDir:   jobproto.WorkDir,
+		Hostname:     "sandbox",
+		AttachStdin:  true,
+		AttachStdout: true,
+		AttachStderr: true,
+		OpenStdin:    true,
+		StdinOnce:    true,
+		// NetworkDisabled removes the network stack from the config as well
+		// as NetworkMode none below.
+		NetworkDisabled: true,
+		Labels: map[string]string{
+			LabelManaged:  "true",
+			LabelExecID:   spec.ID,
+			LabelInstance: instance,
+		},
+	}
+	tmpfsOpts := func(extra string) string {
+		return fmt.Sprintf("rw,nosuid,nodev%s,size=%dm,uid=%d,gid=%d,mode=%s", extra, l.TmpfsMB, uid, uid, "0700")
+	}
+	hc := &container.HostConfig{
+		NetworkMode:    "none",
+		ReadonlyRootfs: true,
+		Tmpfs: map[string]string{
+			"/tmp":           tmpfsOpts(",noexec"),
+			jobproto.WorkDir: tmpfsOpts(""),
+		},
+		CapDrop:     []string{"ALL"},
+		SecurityOpt: []string{"no-new-privileges:true", "seccomp=" + string(p.SeccompJSON)},
+		Init:        &init,
+		IpcMode:     container.IPCModePrivate,
+		ShmSize:     p.ShmMB << 20,
+		LogConfig:   container.LogConfig{Type: "none"},
+		Runtime:     p.Runtime,
+		Resources: container.Resources{
+			Memory:     mem,
+			MemorySwap: mem, // equal to Memory: no swap
+			NanoCPUs:   int64(l.CPUs * 1e9),
+			PidsLimit:  &pids,
+			Ulimits: []*container.Ulimit{
+				{Name: "nofile", Soft: p.Nofile, Hard: p.Nofile},
+				{Name: "fsize", Soft: p.FileSizeMB << 20, Hard: p.FileSizeMB << 20},
+				{Name: "core", Soft: 0, Hard: 0},
+			},
+		},
+	}
+	return cfg, hc, nil
+}
+
+func splitUser(u string) (int, int, error) {
+	a, b, ok := strings.Cut(u, ":")
+	uid, err1 := strconv.Atoi(a)
+	gid, err2 := strconv.Atoi(b)
+	if !ok || err1 != nil || err2 != nil || uid <= 0 || gid <= 0 {
+		return 0, 0, fmt.Errorf("profile user %q is not a non-root uid:gid", u)
+	}
+	return uid, gid, nil
+}
+
+// Run runs spec in a fresh container and removes the container afterwards.
+// It returns a Result for every run that started, whatever the code did; an
+// error means the run could not start or the engine failed. When ctx ends
+// before the code does, the container is killed and the result is "killed".
+func (r *Runner) Run(ctx context.Context, spec *Spec) (*Result, error) {
+	imageID, err := r.ImageID(ctx, spec.Profile.Image)
+	if err != nil {
+		return nil, err
+	}
+	cfg, hc, err := CreateOptions(spec, imageID, r.instance)
+	if err != nil {
+		return nil, err
+	}
+	// Engine calls use a context that outlives a cancelled request, so a
+	// half-made container is always cleaned up; ctx only stops the run.
+	bg := context.WithoutCancel(ctx)
+	created, err := r.cli.ContainerCreate(bg, cfg, hc, nil, nil, "sandboxd-"+spec.ID)
+	if err != nil {
+		return nil, fmt.Errorf("%w: creating container: %v", ErrEngine, err)
+	}
+	cid := created.ID
+	defer r.removeLater(cid)
+
+	hj, err := r.cli.ContainerAttach(bg, cid, container.AttachOptions{Stream: true, Stdin: true, Stdout: true, Stderr: true})
+	if err != nil {
+		return nil, fmt.Errorf("%w: attaching to container: %v", ErrEngine, err)
+	}
+	defer hj.Close()
+	if err := r.cli.ContainerStart(bg, cid, container.StartOptions{}); err != nil {
+		return nil, fmt.Errorf("%w: starting container: %v", ErrEngine, err)
+	}
+	started := time.Now()
+
+	// Hand over the job, then close our side of stdin.
+	sendErr := make(chan error, 1)
+	go func() {
+		err := jobproto.WriteJSON(hj.Conn, jobproto.TypeJob, &spec.Job)
+		if err == nil {
+			err = hj.CloseWrite()
+		}
+		sendErr <- err
+	}()
+
+	col := newCollector(spec)
+	pr, pw := io.Pipe()
+	diag := &capped{max: 8 << 10}
+	go func() {
+		_, err := stdcopy.StdCopy(pw, diag, hj.Reader)
+		pw.CloseWithError(err)
+	}()
+	readDone := make(chan error, 1)
+	go func() {
+		err := col.read(pr)
+		pr.CloseWithError(io.ErrClosedPipe) // unblock StdCopy if we stopped early
+		readDone <- err
+	}()
+
+	deadline := time.NewTimer(time.Duration(spec.Limits.TimeoutMS)*time.Millisecond + killGrace)
+	defer deadline.Stop()
+	var stopped string // why sandboxd stopped the run from outside
+	var readErr error
+	select {
+	case readErr = <-readDone:
+	case <-deadline.C:
+		stopped = StatusTimeout
+	case <-ctx.Done():
+		stopped = StatusKilled
+	}
+	if stopped != "" {
+		r.kill(cid)
+		hj.Close()
+		readErr = <-readDone
+	}
+	if err := <-sendErr; err != nil && stopped == "" && !col.exited {
+		r.log.Warn("sending job to sandbox failed", "exec_id", spec.ID, "err", err)
+	}
+
+	res := col.result(imageID)
+	if res.Duration == 0 {
+		res.Duration = time.Since(started)
+	}
+	switch {
+	case stopped == StatusTimeout:
+		res.Status = StatusTimeout
+		res.Duration = time.Since(started)
+		res.Message = fmt.Sprintf("the code ran past the %d ms wall-time limit and was killed", spec.Limits.TimeoutMS)
+	case stopped == StatusKilled:
+		res.Status = StatusKilled
+		res.Message = "the run was stopped before it finished: " + context.Cause(ctx).Error()
+	case col.exited && col.exit.Error != "":
+		return nil, fmt.Errorf("%w: %s", ErrLauncher, col.exit.Error)
+	case col.exited:
+		r.classify(bg, cid, col, res, spec)
+	default:
+		// The stream ended without an exit frame: the launcher died (the
+		// kernel's OOM killer, or the code killed it) or broke the protocol.
+		r.classifyLost(bg, cid, res, readErr, diag.String())
+	}
+	return res, nil
+}
+
+// classify sets the status from the launcher's exit report.
+func (r *Runner) classify(ctx context.Context, cid string, col *collector, res *Result, spec *Spec) {
+	e := col.exit
+	switch {
+	case e.TimedOut:
+		res.Status = StatusTimeout
+		res.Message = fmt.Sprintf("the code ran past the %d ms wall-time limit and was killed", spec.Limits.TimeoutMS)
+	case e.OOM:
+		res.Status = StatusOOM
+	case e.Signal == "SIGKILL" && r.oomKilled(ctx, cid):
+		res.Status = StatusOOM
+	case e.Signal != "":
+		res.Status = StatusKilled
+		res.Message = "the code was ended by " + e.Signal
+	case e.ExitCode == 0:
+		res.Status = StatusOK
+	default:
+		res.Status = StatusError
+	}
+	if res.Status == StatusOOM {
+		res.Message = fmt.Sprintf("the code was killed at the %d MiB memory limit", spec.Limits.MemoryMB)
+	}
+}
+
+func (r *Runner) classifyLost(ctx context.Context, cid string, res *Result, readErr error, diag string) {
+	res.ExitCode = -1
+	if r.oomKilled(ctx, cid) {
+		res.Status = StatusOOM
+		res.Message = "the sandbox was killed at its memory limit"
+		return
+	}
+	res.Status = StatusKilled
+	res.Message = "the sandbox ended without reporting an exit status"
+	if readErr != nil && !errors.Is(readErr, io.EOF) && !errors.Is(readErr, io.ErrUnexpectedEOF) {
+		res.Message += ": " + readErr.Error()
+	}
+	r.log.Warn("sandbox ended without an exit frame", "container", cid[:12], "err", readErr, "launcher_stderr", diag)
+}
+
+// oomKilled waits briefly for the container to stop and reports whether the
+// engine saw an OOM kill in it.
+func (r *Runner) oomKilled(ctx context.Context, cid string) bool {
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	wait, errc := r.cli.ContainerWait(ctx, cid, container.WaitConditionNotRunning)
+	select {
+	case <-wait:
+	case <-errc:
+	case <-ctx.Done():
+	}
+	info, err := r.cli.ContainerInspect(ctx, cid)
+	if err != nil || info.State == nil {
+		return false
+	}
+	return info.State.OOMKilled
+}
+
+func (r *Runner) kill(cid string) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := r.cli.ContainerKill(ctx, cid, "KILL"); err != nil && !client.IsErrNotFound(err) && !strings.Contains(err.Error(), "is not running") {
+		r.log.Warn("killing container failed", "container", cid[:12], "err", err)
+	}
+}
+
+// removeLater removes the container off the request path. Close waits for it.
+func (r *Runner) removeLater(cid string) {
+	r.removals.Add(1)
+	go func() {
+		defer r.removals.Done()
+		for attempt := 0; attempt < 5; attempt++ {
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			err := r.cli.ContainerRemove(ctx, cid, container.RemoveOptions{Force: true, RemoveVolumes: true})
+			cancel()
+			if err == nil || client.IsErrNotFound(err) {
+				return
+			}
+			if strings.Contains(err.Error(), "already in progress") {
+				return
+			}
+			r.log.Warn("removing container failed; retrying", "container", cid[:12], "attempt", attempt+1, "err", err)
+			time.Sleep(time.Duration(attempt+1) * 200 * time.Millisecond)
+		}
+		r.log.Error("container could not be removed; the next start-up removes it", "container", cid[:12])
+	}()
+}
+
+// capped keeps the first max bytes written to it and drops the rest.
+type capped struct {
+	max int
+	buf bytes.Buffer
+}
+
+func (c *capped) Write(p []byte) (int, error) {
+	if room := c.max - c.buf.Len(); room > 0 {
+		c.buf.Write(p[:min(room, len(p))])
+	}
+	return len(p), nil
+}
+
+func (c *capped) String() string { return c.buf.String() }
