@@ -154,9 +154,6 @@ func (s *Server) accessLog(next echo.HandlerFunc) echo.HandlerFunc {
 			"bytes_in", c.Request().ContentLength,
 			"bytes_out", c.Response().Size,
 		}
-		if k, ok := c.Get(ctxKey).(*auth.Key); ok {
-			attrs = append(attrs, "tenant", k.Tenant, "key_id", k.ID)
-		}
 		for _, name := range []string{ctxProfile, ctxRunStatus, ctxErrorCode} {
 			if v, ok := c.Get(name).(string); ok && v != "" {
 				attrs = append(attrs, name, v)
