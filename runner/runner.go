@@ -190,7 +190,7 @@ func (r *Runner) Close(ctx context.Context) error {
 func CreateOptions(spec *Spec, imageID, instance string) (*container.Config, *container.HostConfig, error) {
 	p := spec.Profile
 	l := spec.Limits
-	uid, _, err := splitUser(p.User)
+	uid, gid, err := splitUser(p.User)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -219,7 +219,7 @@ func CreateOptions(spec *Spec, imageID, instance string) (*container.Config, *co
 		},
 	}
 	tmpfsOpts := func(extra string) string {
-		return fmt.Sprintf("rw,nosuid,nodev%s,size=%dm,uid=%d,gid=%d,mode=%s", extra, l.TmpfsMB, uid, uid, "0700")
+		return fmt.Sprintf("rw,nosuid,nodev%s,size=%dm,uid=%d,gid=%d,mode=%s", extra, l.TmpfsMB, uid, gid, "0700")
 	}
 	hc := &container.HostConfig{
 		NetworkMode:    "none",

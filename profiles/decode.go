@@ -1,0 +1,183 @@
+package profiles
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"reflect"
+	"strings"
+
+	"go.yaml.in/yaml/v3"
+)
+
+// parseDocument parses data as exactly one YAML document whose root is a
+// mapping and returns that mapping node.
+func parseDocument(file string, data []byte) (*yaml.Node, error) {
+	dec := yaml.NewDecoder(bytes.NewReader(data))
+	var doc yaml.Node
+	if err := dec.Decode(&doc); err != nil {
+		if errors.Is(err, io.EOF) {
+			return nil, &Error{File: file, Msg: "file has no YAML content; write the profile as a mapping of keys (see profiles/exec/default.yaml)"}
+		}
+		return nil, yamlError(file, err)
+	}
+	var extra yaml.Node
+	if err := dec.Decode(&extra); !errors.Is(err, io.EOF) {
+		if err != nil {
+			return nil, yamlError(file, err)
+		}
+		return nil, &Error{File: file, Line: extra.Line, Msg: "file holds more than one YAML document (---); keep exactly one profile per file"}
+	}
+	if doc.Kind != yaml.DocumentNode || len(doc.Content) != 1 {
+		return nil, &Error{File: file, Line: doc.Line, Msg: "file must hold exactly one YAML document"}
+	}
+	root := doc.Content[0]
+	if root.Kind != yaml.MappingNode {
+		return nil, &Error{File: file, Line: root.Line, Msg: "top level must be a mapping of keys (name: ..., image: ...), got " + describe(root)}
+	}
+	return root, nil
+}
+
+// decoder decodes yaml.Node trees into structs by their yaml tags, strictly:
+// unknown keys, repeated keys, aliases and values of the wrong type are errors
+// that carry the line they are on.
+type decoder struct {
+	file string
+	// lines maps the dotted path of every key that was set ("limits.cpus")
+	// to the line of its value, for validation errors.
+	lines map[string]int
+}
+
+func (d *decoder) errf(line int, format string, args ...any) *Error {
+	return &Error{File: d.file, Line: line, Msg: fmt.Sprintf(format, args...)}
+}
+
+// structKeys returns the yaml keys of t's fields in declaration order, with
+// the index of the field each names. Fields tagged "-" are not decodable.
+func structKeys(t reflect.Type) (keys []string, index map[string]int) {
+	index = make(map[string]int)
+	for i := 0; i < t.NumField(); i++ {
+		tag, _, _ := strings.Cut(t.Field(i).Tag.Get("yaml"), ",")
+		if tag == "" || tag == "-" {
+			continue
+		}
+		keys = append(keys, tag)
+		index[tag] = i
+	}
+	return keys, index
+}
+
+// decodeStruct decodes the mapping n into the struct rv. Keys absent from n
+// leave their field as it was, so callers pre-fill rv with defaults.
+func (d *decoder) decodeStruct(n *yaml.Node, rv reflect.Value, path string) error {
+	if n.Kind != yaml.MappingNode {
+		return d.typeErr(n, path, "a mapping of keys")
+	}
+	keys, index := structKeys(rv.Type())
+	seen := make(map[string]int)
+	where := ""
+	if path != "" {
+		where = " in " + path
+	}
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		k, v := n.Content[i], n.Content[i+1]
+		if k.Kind != yaml.ScalarNode {
+			return d.errf(k.Line, "keys%s must be plain words, got %s; allowed keys: %s", where, describe(k), strings.Join(keys, ", "))
+		}
+		if first, dup := seen[k.Value]; dup {
+			return d.errf(k.Line, "key %q%s is repeated (first set on line %d); keep only one", k.Value, where, first)
+		}
+		seen[k.Value] = k.Line
+		fi, ok := index[k.Value]
+		if !ok || k.ShortTag() != "!!str" {
+			return d.errf(k.Line, "unknown key %q%s; allowed keys: %s", k.Value, where, strings.Join(keys, ", "))
+		}
+		full := k.Value
+		if path != "" {
+			full = path + "." + k.Value
+		}
+		d.lines[full] = v.Line
+		if err := d.decodeValue(v, rv.Field(fi), full); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (d *decoder) decodeValue(v *yaml.Node, fv reflect.Value, path string) error {
+	if v.Kind == yaml.AliasNode {
+		return d.errf(v.Line, "%s uses a YAML alias (*%s); aliases are not supported, write the value out", path, v.Value)
+	}
+	switch fv.Kind() {
+	case reflect.Struct:
+		return d.decodeStruct(v, fv, path)
+	case reflect.String:
+		if v.Kind != yaml.ScalarNode || v.ShortTag() != "!!str" {
+			return d.typeErr(v, path, "a string")
+		}
+		fv.SetString(v.Value)
+	case reflect.Int, reflect.Int64:
+		if v.Kind != yaml.ScalarNode || v.ShortTag() != "!!int" {
+			return d.typeErr(v, path, "a whole number")
+		}
+		var x int64
+		if err := v.Decode(&x); err != nil || fv.OverflowInt(x) {
+			return d.errf(v.Line, "%s is %s, which does not fit in a 64-bit integer", path, v.Value)
+		}
+		fv.SetInt(x)
+	case reflect.Float64:
+		if v.Kind != yaml.ScalarNode || (v.ShortTag() != "!!int" && v.ShortTag() != "!!float") {
+			return d.typeErr(v, path, "a number")
+		}
+		var x float64
+		if err := v.Decode(&x); err != nil {
+			return d.errf(v.Line, "%s is %s, which is not a usable number", path, v.Value)
+		}
+		if math.IsNaN(x) || math.IsInf(x, 0) {
+			return d.errf(v.Line, "%s is %s; it must be a finite number", path, v.Value)
+		}
+		fv.SetFloat(x)
+	default:
+		// Only reachable if a field of an unsupported kind gets a yaml tag.
+		return d.errf(v.Line, "%s: internal error: cannot decode into %s", path, fv.Type())
+	}
+	return nil
+}
+
+func (d *decoder) typeErr(v *yaml.Node, path, want string) *Error {
+	if v.Kind == yaml.ScalarNode && v.ShortTag() == "!!null" {
+		return d.errf(v.Line, "%s has no value; it must be %s (remove the key to use the default)", path, want)
+	}
+	hint := ""
+	if want == "a string" && v.Kind == yaml.ScalarNode {
+		hint = "; put it in quotes"
+	}
+	return d.errf(v.Line, "%s must be %s, got %s%s", path, want, describe(v), hint)
+}
+
+// describe names what a node holds, for error messages.
+func describe(n *yaml.Node) string {
+	switch n.Kind {
+	case yaml.MappingNode:
+		return "a mapping"
+	case yaml.SequenceNode:
+		return "a list"
+	case yaml.AliasNode:
+		return "an alias"
+	case yaml.ScalarNode:
+		switch n.ShortTag() {
+		case "!!str":
+			return fmt.Sprintf("the string %q", n.Value)
+		case "!!int", "!!float":
+			return "the number " + n.Value
+		case "!!bool":
+			return fmt.Sprintf("the boolean %s", n.Value)
+		case "!!null":
+			return "no value"
+		}
+		return fmt.Sprintf("%q", n.Value)
+	}
+	return "an empty node"
+}

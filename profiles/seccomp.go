@@ -1,0 +1,215 @@
+package profiles
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"maps"
+	"regexp"
+	"slices"
+	"strings"
+)
+
+// The structs below mirror the seccomp profile format that Docker Engine
+// 20.10 reads. They are decoded strictly: Docker ignores fields it does not
+// know, so a misspelt or newer field (e.g. "flags", "listenerPath") would be
+// dropped without a word and the filter would not be what the file says.
+
+type seccompProfile struct {
+	DefaultAction   *string       `json:"defaultAction"`
+	DefaultErrnoRet *uint16       `json:"defaultErrnoRet"`
+	Architectures   []string      `json:"architectures"`
+	ArchMap         []seccompArch `json:"archMap"`
+	Syscalls        []seccompRule `json:"syscalls"`
+}
+
+type seccompArch struct {
+	Architecture     string   `json:"architecture"`
+	SubArchitectures []string `json:"subArchitectures"`
+}
+
+type seccompRule struct {
+	Name     string         `json:"name"`
+	Names    []string       `json:"names"`
+	Action   string         `json:"action"`
+	ErrnoRet *uint16        `json:"errnoRet"`
+	Args     []seccompArg   `json:"args"`
+	Comment  string         `json:"comment"`
+	Includes *seccompFilter `json:"includes"`
+	Excludes *seccompFilter `json:"excludes"`
+}
+
+type seccompArg struct {
+	Index    uint   `json:"index"`
+	Value    uint64 `json:"value"`
+	ValueTwo uint64 `json:"valueTwo"`
+	Op       string `json:"op"`
+}
+
+type seccompFilter struct {
+	Caps      []string `json:"caps"`
+	Arches    []string `json:"arches"`
+	MinKernel string   `json:"minKernel"`
+}
+
+// denyActions are the default actions that refuse what the profile does not
+// list. A filter that allows by default would not confine anything.
+var denyActions = map[string]bool{
+	"SCMP_ACT_ERRNO":        true,
+	"SCMP_ACT_KILL":         true,
+	"SCMP_ACT_KILL_PROCESS": true,
+	"SCMP_ACT_KILL_THREAD":  true,
+	"SCMP_ACT_TRAP":         true,
+}
+
+// ruleActions are the actions a syscall rule may take.
+var ruleActions = map[string]bool{
+	"SCMP_ACT_ALLOW":        true,
+	"SCMP_ACT_ERRNO":        true,
+	"SCMP_ACT_KILL":         true,
+	"SCMP_ACT_KILL_PROCESS": true,
+	"SCMP_ACT_KILL_THREAD":  true,
+	"SCMP_ACT_TRAP":         true,
+	"SCMP_ACT_TRACE":        true,
+	"SCMP_ACT_LOG":          true,
+}
+
+var argOps = map[string]bool{
+	"SCMP_CMP_NE":        true,
+	"SCMP_CMP_LT":        true,
+	"SCMP_CMP_LE":        true,
+	"SCMP_CMP_EQ":        true,
+	"SCMP_CMP_GE":        true,
+	"SCMP_CMP_GT":        true,
+	"SCMP_CMP_MASKED_EQ": true,
+}
+
+var unknownField = regexp.MustCompile(`^json: unknown field "(.*)"$`)
+
+// checkSeccomp validates the content of a seccomp profile file.
+func checkSeccomp(file string, data []byte) error {
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.DisallowUnknownFields()
+	var p seccompProfile
+	if err := dec.Decode(&p); err != nil {
+		return seccompDecodeError(file, data, err)
+	}
+	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
+		return &Error{File: file, Line: lineAt(data, dec.InputOffset()), Msg: "unexpected content after the JSON object; a seccomp file holds exactly one object"}
+	}
+	fail := func(format string, args ...any) error {
+		return &Error{File: file, Msg: fmt.Sprintf(format, args...)}
+	}
+	switch {
+	case p.DefaultAction == nil:
+		return fail(`defaultAction is missing; set "defaultAction": "SCMP_ACT_ERRNO" so that unlisted syscalls are denied`)
+	case !denyActions[*p.DefaultAction]:
+		return fail("defaultAction %q is not allowed; use one that denies unlisted syscalls: SCMP_ACT_ERRNO (recommended), SCMP_ACT_KILL_PROCESS, SCMP_ACT_KILL_THREAD, SCMP_ACT_KILL or SCMP_ACT_TRAP", *p.DefaultAction)
+	}
+	// Docker Engine 20.10 drops defaultErrnoRet on the way to runc (tested:
+	// a profile with 13 still yields EPERM), and runc denies with EPERM.
+	if p.DefaultErrnoRet != nil && *p.DefaultErrnoRet != 1 {
+		return &Error{File: file, Line: lineOfKey(data, "defaultErrnoRet"), Msg: fmt.Sprintf("defaultErrnoRet %d would be ignored: Docker Engine 20.10 always denies with EPERM; set 1 (EPERM) or remove it", *p.DefaultErrnoRet)}
+	}
+	for i, s := range p.Syscalls {
+		if s.Name == "" && len(s.Names) == 0 {
+			return fail("syscalls[%d] names no syscall; set \"names\": [...]", i)
+		}
+		names := s.Names
+		if s.Name != "" {
+			names = append([]string{s.Name}, names...)
+		}
+		for _, n := range names {
+			if n == "" || strings.ContainsFunc(n, isSpaceOrControl) {
+				return fail("syscalls[%d] has the syscall name %q; names must be non-empty and without spaces", i, n)
+			}
+		}
+		if !ruleActions[s.Action] {
+			return fail("syscalls[%d] (%s) has action %q; allowed actions: %s", i, ruleName(s), s.Action, keys(ruleActions))
+		}
+		for _, a := range s.Args {
+			if !argOps[a.Op] {
+				return fail("syscalls[%d] (%s) has argument op %q; allowed ops: %s", i, ruleName(s), a.Op, keys(argOps))
+			}
+			if a.Index > 5 {
+				return fail("syscalls[%d] (%s) filters argument index %d; syscalls have arguments 0 to 5", i, ruleName(s), a.Index)
+			}
+		}
+	}
+	return nil
+}
+
+func ruleName(s seccompRule) string {
+	if len(s.Names) > 0 {
+		return strings.Join(s.Names, ", ")
+	}
+	return s.Name
+}
+
+func keys(m map[string]bool) string {
+	return strings.Join(slices.Sorted(maps.Keys(m)), ", ")
+}
+
+// seccompDecodeError turns a JSON decoding error into an *Error with the
+// line it happened on, where the decoder tells.
+func seccompDecodeError(file string, data []byte, err error) error {
+	var syn *json.SyntaxError
+	var typ *json.UnmarshalTypeError
+	switch {
+	case errors.Is(err, io.EOF):
+		return &Error{File: file, Msg: "file is empty; a seccomp file is a JSON object with at least \"defaultAction\""}
+	case errors.As(err, &syn):
+		return &Error{File: file, Line: lineAt(data, syn.Offset), Msg: "invalid JSON: " + syn.Error()}
+	case errors.As(err, &typ):
+		field := typ.Field
+		if field == "" {
+			return &Error{File: file, Line: lineAt(data, typ.Offset), Msg: fmt.Sprintf("must be a JSON object, got a JSON %s", typ.Value)}
+		}
+		return &Error{File: file, Line: lineAt(data, typ.Offset), Msg: fmt.Sprintf("field %s has the wrong type: got a JSON %s, want %s", field, typ.Value, jsonKind(typ.Type.String()))}
+	}
+	if m := unknownField.FindStringSubmatch(err.Error()); m != nil {
+		return &Error{File: file, Line: lineOfKey(data, m[1]), Msg: fmt.Sprintf("unknown field %q; allowed fields: defaultAction, defaultErrnoRet, architectures, archMap, syscalls (with names, action, args, errnoRet, comment, includes, excludes) — fields that Docker Engine 20.10 would ignore are refused", m[1])}
+	}
+	if errors.Is(err, io.ErrUnexpectedEOF) {
+		return &Error{File: file, Line: lineAt(data, int64(len(data))), Msg: "invalid JSON: the file ends in the middle of a value"}
+	}
+	return &Error{File: file, Msg: "invalid JSON: " + err.Error()}
+}
+
+func jsonKind(goType string) string {
+	switch {
+	case strings.HasPrefix(goType, "[]"):
+		return "an array"
+	case goType == "string" || goType == "*string":
+		return "a string"
+	case strings.Contains(goType, "int"):
+		return "a non-negative whole number in range"
+	}
+	return "an object"
+}
+
+// lineAt returns the 1-based line of byte offset off in data.
+func lineAt(data []byte, off int64) int {
+	if off < 0 {
+		return 0
+	}
+	if off > int64(len(data)) {
+		off = int64(len(data))
+	}
+	return bytes.Count(data[:off], []byte("\n")) + 1
+}
+
+// lineOfKey returns the line of the first `"key":` in data, or 0. The JSON
+// decoder does not report where an unknown field is, so this finds it.
+func lineOfKey(data []byte, key string) int {
+	re, err := regexp.Compile(`"` + regexp.QuoteMeta(key) + `"\s*:`)
+	if err != nil {
+		return 0
+	}
+	if loc := re.FindIndex(data); loc != nil {
+		return lineAt(data, int64(loc[0]))
+	}
+	return 0
+}

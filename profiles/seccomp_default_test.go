@@ -1,0 +1,394 @@
+package profiles
+
+import (
+	"bytes"
+	"encoding/json"
+	"flag"
+	"os"
+	"path/filepath"
+	"slices"
+	"testing"
+
+	mobyseccomp "github.com/moby/profiles/seccomp"
+	"github.com/opencontainers/runtime-spec/specs-go"
+)
+
+// profiles/seccomp/default.json is generated from Docker's default profile
+// (github.com/moby/profiles/seccomp at the version in go.mod) by
+// buildDefaultSeccomp. To change it, change the generator and run
+//
+//	go test ./profiles -run TestDefaultSeccompUpToDate -update
+//
+// The reasons for every removal are in profiles/seccomp/README.md.
+var update = flag.Bool("update", false, "rewrite profiles/seccomp/default.json from the generator")
+
+const defaultSeccompFile = "seccomp/default.json"
+
+// keptArchMap are the architectures the profile applies to. On any other
+// architecture every syscall is denied.
+var keptArches = []specs.Arch{specs.ArchX86_64, specs.ArchAARCH64}
+
+// keptArchNames are the arch names that includes/excludes "arches" use for
+// keptArches and their sub-architectures.
+var keptArchNames = []string{"amd64", "x32", "x86", "arm64", "arm"}
+
+// removedSyscalls are taken out of every ALLOW rule of Docker's default
+// profile. Syscalls that Docker allows only with a capability are gone with
+// those rules already (sandboxes drop every capability); see the README.
+var removedSyscalls = []string{
+	// Inspecting or writing other processes' memory (Docker allows them
+	// without CAP_SYS_PTRACE on kernels >= 4.8).
+	"ptrace", "process_vm_readv", "process_vm_writev",
+	// Clock adjustment: setting needs CAP_SYS_TIME, reading is not used.
+	"adjtimex", "clock_adjtime", "clock_adjtime64",
+	// File handles: half of the open_by_handle_at container escape.
+	"name_to_handle_at",
+	// fanotify without fanotify_init (CAP_SYS_ADMIN) is dead weight.
+	"fanotify_mark",
+	// x86 LDT segments: unused by Python, a history of kernel bugs.
+	"modify_ldt",
+	// Multiplexed socket calls (32-bit x86): seccomp cannot see the real
+	// call's arguments, so it would bypass the socket family filter below.
+	"socketcall",
+}
+
+// allowedSocketFamilies are the address families socket(2) may create:
+// AF_UNIX, AF_INET, AF_INET6 and AF_NETLINK (glibc's getaddrinfo and
+// if_nameindex use it). Docker's rule "family < 3" (AF_UNSPEC, AF_UNIX,
+// AF_INET) is kept as it is.
+var allowedSocketFamilies = []uint64{10, 16}
+
+var socketComments = map[uint64]string{
+	3:  "socket families below 3: AF_UNSPEC, AF_UNIX, AF_INET",
+	10: "socket family AF_INET6",
+	16: "socket family AF_NETLINK (glibc getaddrinfo, if_nameindex)",
+}
+
+// buildDefaultSeccomp derives our default profile from Docker's.
+func buildDefaultSeccomp(t testing.TB) *mobyseccomp.Seccomp {
+	t.Helper()
+	p := mobyseccomp.DefaultProfile()
+
+	var archMap []mobyseccomp.Architecture
+	for _, a := range p.ArchMap {
+		if slices.Contains(keptArches, a.Arch) {
+			archMap = append(archMap, a)
+		}
+	}
+	p.ArchMap = archMap
+
+	var rules []*mobyseccomp.Syscall
+	for _, r := range p.Syscalls {
+		// Rules that need a capability never apply: every capability is
+		// dropped.
+		if r.Includes != nil && len(r.Includes.Caps) > 0 {
+			continue
+		}
+		// Exclusions by capability never trigger, for the same reason.
+		if r.Excludes != nil {
+			r.Excludes.Caps = nil
+		}
+		if r.Includes != nil && len(r.Includes.Arches) > 0 {
+			r.Includes.Arches = keepArchNames(r.Includes.Arches)
+			if len(r.Includes.Arches) == 0 {
+				continue // only for architectures we do not support
+			}
+		}
+		if r.Excludes != nil {
+			r.Excludes.Arches = keepArchNames(r.Excludes.Arches)
+		}
+		r.Includes = emptyToNil(r.Includes)
+		r.Excludes = emptyToNil(r.Excludes)
+
+		if slices.Equal(r.Names, []string{"socket"}) && len(r.Args) == 1 && r.Args[0].Op == specs.OpEqualTo &&
+			!slices.Contains(allowedSocketFamilies, r.Args[0].Value) {
+			continue
+		}
+
+		if r.Action == specs.ActAllow {
+			r.Names = slices.DeleteFunc(r.Names, func(n string) bool { return slices.Contains(removedSyscalls, n) })
+			if len(r.Names) == 0 {
+				continue
+			}
+		}
+		if r.Includes != nil && r.Includes.MinKernel != nil {
+			t.Fatalf("rule for %v has minKernel %s; the generator does not expect one, decide how to handle it", r.Names, r.Includes.MinKernel)
+		}
+		switch {
+		case slices.Equal(r.Names, []string{"clone"}):
+			r.Comment = "clone only without namespace flags (CLONE_NEWNS|CLONE_NEWUTS|CLONE_NEWIPC|CLONE_NEWUSER|CLONE_NEWPID|CLONE_NEWNET|CLONE_NEWCGROUP = 0x7E020000)"
+		case slices.Equal(r.Names, []string{"clone3"}):
+			r.Comment = "clone3 passes its flags in memory seccomp cannot read; ENOSYS makes glibc fall back to clone, whose flags are checked"
+		case slices.Equal(r.Names, []string{"personality"}):
+			r.Comment = "only the default persona values"
+		case slices.Equal(r.Names, []string{"socket"}):
+			r.Comment = socketComments[r.Args[0].Value]
+		}
+		rules = append(rules, r)
+	}
+	p.Syscalls = rules
+
+	eperm := uint(1)
+	p.DefaultAction = specs.ActErrno
+	p.DefaultErrnoRet = &eperm
+	return p
+}
+
+func keepArchNames(names []string) []string {
+	var out []string
+	for _, n := range names {
+		if slices.Contains(keptArchNames, n) {
+			out = append(out, n)
+		}
+	}
+	return out
+}
+
+func emptyToNil(f *mobyseccomp.Filter) *mobyseccomp.Filter {
+	if f == nil || (len(f.Caps) == 0 && len(f.Arches) == 0 && f.MinKernel == nil) {
+		return nil
+	}
+	return f
+}
+
+func marshalSeccomp(t testing.TB, p *mobyseccomp.Seccomp) []byte {
+	t.Helper()
+	b, err := json.MarshalIndent(p, "", "\t")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return append(b, '\n')
+}
+
+func TestDefaultSeccompUpToDate(t *testing.T) {
+	want := marshalSeccomp(t, buildDefaultSeccomp(t))
+	if *update {
+		if err := os.WriteFile(defaultSeccompFile, want, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	got, err := os.ReadFile(defaultSeccompFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(got, want) {
+		t.Fatalf("%s differs from what the generator in this file builds; change the generator, not the JSON, and run: go test ./profiles -run TestDefaultSeccompUpToDate -update", defaultSeccompFile)
+	}
+}
+
+// loadDefaultSeccomp parses the shipped file (not the generator's output),
+// so these tests hold whoever wrote the file.
+func loadDefaultSeccomp(t *testing.T) *mobyseccomp.Seccomp {
+	t.Helper()
+	data, err := os.ReadFile(defaultSeccompFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := checkSeccomp(defaultSeccompFile, data); err != nil {
+		t.Fatalf("shipped profile fails our own seccomp check: %v", err)
+	}
+	var p mobyseccomp.Seccomp
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&p); err != nil {
+		t.Fatalf("parse %s: %v", defaultSeccompFile, err)
+	}
+	return &p
+}
+
+// allowRules returns the rules that allow, on our architectures, whatever
+// their conditions.
+func allowRules(p *mobyseccomp.Seccomp) []*mobyseccomp.Syscall {
+	var out []*mobyseccomp.Syscall
+	for _, r := range p.Syscalls {
+		if r.Action == specs.ActAllow {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
+func TestDefaultSeccompDeniesDangerousSyscalls(t *testing.T) {
+	p := loadDefaultSeccomp(t)
+	denied := []string{
+		"ptrace", "mount", "umount", "umount2", "pivot_root", "chroot", "unshare", "setns",
+		"keyctl", "add_key", "request_key", "bpf", "perf_event_open", "userfaultfd",
+		"io_uring_setup", "io_uring_enter", "io_uring_register",
+		"kexec_load", "kexec_file_load", "init_module", "finit_module", "delete_module",
+		"reboot", "swapon", "swapoff", "acct", "quotactl", "quotactl_fd",
+		"process_vm_readv", "process_vm_writev", "open_by_handle_at", "name_to_handle_at",
+		"syslog", "settimeofday", "clock_settime", "clock_settime64", "clock_adjtime", "clock_adjtime64",
+		"adjtimex", "stime", "lookup_dcookie", "fanotify_init", "fanotify_mark", "iopl", "ioperm",
+		"move_pages", "migrate_pages", "mbind", "set_mempolicy", "set_mempolicy_home_node", "get_mempolicy",
+		"fsopen", "fsconfig", "fsmount", "fspick", "move_mount", "open_tree", "mount_setattr",
+		"sethostname", "setdomainname", "vhangup", "kcmp", "pidfd_getfd", "process_madvise",
+		"modify_ldt", "socketcall", "nfsservctl", "uselib", "create_module", "get_kernel_syms",
+	}
+	for i, r := range p.Syscalls {
+		if r.Action != specs.ActAllow {
+			continue
+		}
+		for _, n := range r.Names {
+			if slices.Contains(denied, n) {
+				t.Errorf("%s is allowed by syscalls[%d] (args %v, includes %+v); it must be denied", n, i, r.Args, r.Includes)
+			}
+		}
+	}
+}
+
+func TestDefaultSeccompIsSubsetOfDocker(t *testing.T) {
+	p := loadDefaultSeccomp(t)
+	docker := make(map[string]bool)
+	for _, r := range mobyseccomp.DefaultProfile().Syscalls {
+		if r.Action == specs.ActAllow {
+			for _, n := range r.Names {
+				docker[n] = true
+			}
+		}
+	}
+	for _, r := range allowRules(p) {
+		for _, n := range r.Names {
+			if !docker[n] {
+				t.Errorf("%s is allowed but Docker's default profile never allows it", n)
+			}
+		}
+	}
+}
+
+func TestDefaultSeccompShape(t *testing.T) {
+	p := loadDefaultSeccomp(t)
+	if p.DefaultAction != specs.ActErrno {
+		t.Errorf("defaultAction = %q, want SCMP_ACT_ERRNO", p.DefaultAction)
+	}
+	if p.DefaultErrnoRet == nil || *p.DefaultErrnoRet != 1 {
+		t.Errorf("defaultErrnoRet = %v, want 1 (EPERM)", p.DefaultErrnoRet)
+	}
+	if len(p.Architectures) != 0 {
+		t.Errorf("architectures = %v; use archMap only", p.Architectures)
+	}
+	var arches []specs.Arch
+	for _, a := range p.ArchMap {
+		arches = append(arches, a.Arch)
+		arches = append(arches, a.SubArches...)
+	}
+	slices.Sort(arches)
+	wantArches := []specs.Arch{specs.ArchAARCH64, specs.ArchARM, specs.ArchX32, specs.ArchX86, specs.ArchX86_64}
+	if !slices.Equal(arches, wantArches) {
+		t.Errorf("architectures = %v, want %v", arches, wantArches)
+	}
+	if p.Flags != nil || p.ListenerPath != "" || p.ListenerMetadata != "" {
+		t.Errorf("flags/listenerPath/listenerMetadata set; Docker Engine 20.10 does not apply them")
+	}
+
+	var cloneRules, clone3Rules, personality []*mobyseccomp.Syscall
+	for _, r := range p.Syscalls {
+		if r.Includes != nil && (len(r.Includes.Caps) > 0 || r.Includes.MinKernel != nil) {
+			t.Errorf("rule %v has includes %+v; rules conditioned on capabilities or kernel versions are not wanted", r.Names, r.Includes)
+		}
+		if r.Excludes != nil && len(r.Excludes.Caps) > 0 {
+			t.Errorf("rule %v excludes capabilities %v; sandboxes have none, drop the condition", r.Names, r.Excludes.Caps)
+		}
+		if slices.Contains(r.Names, "clone") {
+			cloneRules = append(cloneRules, r)
+		}
+		if slices.Contains(r.Names, "clone3") {
+			clone3Rules = append(clone3Rules, r)
+		}
+		if slices.Contains(r.Names, "personality") {
+			personality = append(personality, r)
+		}
+	}
+
+	// clone: exactly one rule, allowing clone only when no namespace flag
+	// is set: (flags & 0x7E020000) == 0.
+	if len(cloneRules) != 1 {
+		t.Fatalf("clone appears in %d rules, want exactly 1", len(cloneRules))
+	}
+	c := cloneRules[0]
+	wantArgs := []specs.LinuxSeccompArg{{Index: 0, Value: 0x7E020000, ValueTwo: 0, Op: specs.OpMaskedEqual}}
+	if !slices.Equal(c.Names, []string{"clone"}) || c.Action != specs.ActAllow || !slices.Equal(c.Args, wantArgs) || c.Includes != nil {
+		t.Errorf("clone rule = names %v action %s args %+v includes %+v; want clone allowed only with args %+v", c.Names, c.Action, c.Args, c.Includes, wantArgs)
+	}
+
+	if len(clone3Rules) != 1 {
+		t.Fatalf("clone3 appears in %d rules, want exactly 1", len(clone3Rules))
+	}
+	c3 := clone3Rules[0]
+	if c3.Action != specs.ActErrno || c3.ErrnoRet == nil || *c3.ErrnoRet != 38 || len(c3.Args) != 0 || c3.Includes != nil || c3.Excludes != nil {
+		t.Errorf("clone3 rule = action %s errnoRet %v args %v includes %+v excludes %+v; want an unconditional SCMP_ACT_ERRNO with errnoRet 38 (ENOSYS)", c3.Action, c3.ErrnoRet, c3.Args, c3.Includes, c3.Excludes)
+	}
+
+	var personas []uint64
+	for _, r := range personality {
+		if len(r.Names) != 1 || r.Action != specs.ActAllow || len(r.Args) != 1 || r.Args[0].Index != 0 || r.Args[0].Op != specs.OpEqualTo {
+			t.Errorf("personality rule %+v: want personality allowed only for one exact persona value", r)
+			continue
+		}
+		personas = append(personas, r.Args[0].Value)
+	}
+	slices.Sort(personas)
+	if want := []uint64{0x0, 0x8, 0x20000, 0x20008, 0xffffffff}; !slices.Equal(personas, want) {
+		t.Errorf("personality allowed for %#x, want %#x", personas, want)
+	}
+
+	// socket: only for the listed families, never unconditionally.
+	var families []string
+	for _, r := range allowRules(p) {
+		if !slices.Contains(r.Names, "socket") {
+			continue
+		}
+		if len(r.Names) != 1 || len(r.Args) != 1 || r.Args[0].Index != 0 {
+			t.Errorf("socket allowed by rule %v with args %+v; want one family per rule", r.Names, r.Args)
+			continue
+		}
+		families = append(families, string(r.Args[0].Op)+" "+jsonNumber(r.Args[0].Value))
+	}
+	slices.Sort(families)
+	if want := []string{"SCMP_CMP_EQ 10", "SCMP_CMP_EQ 16", "SCMP_CMP_LT 3"}; !slices.Equal(families, want) {
+		t.Errorf("socket allowed for %v, want %v", families, want)
+	}
+}
+
+func jsonNumber(v uint64) string {
+	b, _ := json.Marshal(v)
+	return string(b)
+}
+
+// TestDefaultSeccompKeepsPythonEssentials guards against the generator
+// removing something the interpreter needs at start-up or for threads,
+// subprocess and multiprocessing.
+func TestDefaultSeccompKeepsPythonEssentials(t *testing.T) {
+	p := loadDefaultSeccomp(t)
+	allowed := make(map[string]bool)
+	for _, r := range allowRules(p) {
+		for _, n := range r.Names {
+			allowed[n] = true
+		}
+	}
+	for _, n := range []string{
+		"read", "write", "openat", "close", "mmap", "mprotect", "munmap", "brk", "futex",
+		"rt_sigaction", "rt_sigprocmask", "execve", "exit_group", "wait4", "vfork", "fork",
+		"pipe2", "dup3", "getrandom", "set_robust_list", "rseq", "prlimit64", "newfstatat",
+		"statx", "getdents64", "sched_getaffinity", "arch_prctl", "socketpair", "memfd_create",
+	} {
+		if !allowed[n] {
+			t.Errorf("%s is not allowed; Python needs it", n)
+		}
+	}
+}
+
+func TestShippedSeccompFilesAreValid(t *testing.T) {
+	files, err := filepath.Glob("seccomp/*.json")
+	if err != nil || len(files) == 0 {
+		t.Fatalf("no seccomp files found (%v)", err)
+	}
+	for _, f := range files {
+		data, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := checkSeccomp(f, data); err != nil {
+			t.Error(err)
+		}
+	}
+}

@@ -1,0 +1,170 @@
+package profiles
+
+import (
+	"fmt"
+	"regexp"
+	"strconv"
+	"strings"
+)
+
+const (
+	kib = int64(1) << 10
+	mib = int64(1) << 20
+)
+
+// Values that an omitted field takes. The shipped default.yaml states every
+// one of them explicitly; these only fill in for shorter custom profiles.
+const (
+	DefaultRuntime = "runc"
+	DefaultUser    = "65534:65534"
+	DefaultEgress  = "none"
+)
+
+// defaultExec returns an Exec holding the default of every optional field.
+// Decoding overwrites only the keys a file sets, so an explicit 0 (allowed
+// for e.g. max_stdin_bytes) is kept and not replaced by the default.
+func defaultExec() Exec {
+	return Exec{
+		Runtime: DefaultRuntime,
+		User:    DefaultUser,
+		Egress:  DefaultEgress,
+		Limits: Limits{
+			TimeoutMS:   10_000,
+			MemoryMB:    256,
+			CPUs:        1,
+			Pids:        64,
+			OutputBytes: 1 * mib,
+			TmpfsMB:     64,
+		},
+		Files: FileLimits{
+			MaxInputBytes:       16 * mib,
+			MaxInputCount:       100,
+			MaxOutputFileBytes:  8 * mib,
+			MaxOutputTotalBytes: 16 * mib,
+			MaxOutputCount:      100,
+		},
+		MaxCodeBytes:  1 * mib,
+		MaxStdinBytes: 1 * mib,
+		Nofile:        256,
+		FileSizeMB:    64,
+		ShmMB:         16,
+	}
+}
+
+// intRule is the allowed range of one integer field, named by its YAML path.
+type intRule struct {
+	path     string
+	min, max int64
+	unit     string
+	get      func(*Exec) int64
+}
+
+// intRules lists every integer field with its allowed range, in file order.
+var intRules = []intRule{
+	{"limits.timeout_ms", 100, 3_600_000, "ms", func(e *Exec) int64 { return e.Limits.TimeoutMS }},
+	{"limits.memory_mb", 16, 65536, "MiB", func(e *Exec) int64 { return e.Limits.MemoryMB }},
+	{"limits.pids", 8, 4096, "", func(e *Exec) int64 { return e.Limits.Pids }},
+	{"limits.output_bytes", 1, 64 * mib, "bytes", func(e *Exec) int64 { return e.Limits.OutputBytes }},
+	{"limits.tmpfs_mb", 1, 4096, "MiB", func(e *Exec) int64 { return e.Limits.TmpfsMB }},
+	{"files.max_input_bytes", 0, 64 * mib, "bytes", func(e *Exec) int64 { return e.Files.MaxInputBytes }},
+	{"files.max_input_count", 0, 1000, "", func(e *Exec) int64 { return int64(e.Files.MaxInputCount) }},
+	{"files.max_output_file_bytes", 0, 64 * mib, "bytes", func(e *Exec) int64 { return e.Files.MaxOutputFileBytes }},
+	{"files.max_output_total_bytes", 0, 128 * mib, "bytes", func(e *Exec) int64 { return e.Files.MaxOutputTotalBytes }},
+	{"files.max_output_count", 0, 10000, "", func(e *Exec) int64 { return int64(e.Files.MaxOutputCount) }},
+	{"max_code_bytes", 1, 16 * mib, "bytes", func(e *Exec) int64 { return e.MaxCodeBytes }},
+	{"max_stdin_bytes", 0, 16 * mib, "bytes", func(e *Exec) int64 { return e.MaxStdinBytes }},
+	{"nofile", 16, 65536, "", func(e *Exec) int64 { return e.Nofile }},
+	{"file_size_mb", 1, 4096, "MiB", func(e *Exec) int64 { return e.FileSizeMB }},
+	{"shm_mb", 1, 1024, "MiB", func(e *Exec) int64 { return e.ShmMB }},
+}
+
+const maxCPUs = 64
+
+// allowedRange renders a rule's range for error messages.
+func (r intRule) allowedRange() string {
+	s := fmt.Sprintf("%d to %d", r.min, r.max)
+	switch {
+	case r.unit == "bytes" && r.max%mib == 0:
+		s += fmt.Sprintf(" bytes (%d MiB)", r.max/mib)
+	case r.unit != "":
+		s += " " + r.unit
+	}
+	return s
+}
+
+var (
+	nameRe    = regexp.MustCompile(`^[a-z0-9][a-z0-9-]{0,62}$`)
+	userRe    = regexp.MustCompile(`^([0-9]{1,10}):([0-9]{1,10})$`)
+	seccompRe = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]*\.json$`)
+)
+
+// validate checks e after defaults are applied. fileName is the base name
+// of the profile file; lines maps YAML paths to the line of their value.
+func validate(e *Exec, d *decoder, fileName string) error {
+	line := func(path string) int { return d.lines[path] }
+
+	switch {
+	case e.Name == "":
+		return d.errf(0, "name is required; set name: %s (the file name without .yaml)", strings.TrimSuffix(fileName, ".yaml"))
+	case !nameRe.MatchString(e.Name):
+		return d.errf(line("name"), "name %q is not allowed; use 1 to 63 lowercase letters, digits and '-', starting with a letter or digit", e.Name)
+	case e.Name+".yaml" != fileName:
+		return d.errf(line("name"), "name %q does not match the file name %q; rename the file to %s.yaml or set name: %s", e.Name, fileName, e.Name, strings.TrimSuffix(fileName, ".yaml"))
+	}
+
+	if strings.TrimSpace(e.Image) == "" {
+		return d.errf(line("image"), "image is required; set it to the sandbox image reference, e.g. image: sandboxd/python:3.11")
+	}
+	if strings.ContainsFunc(e.Image, isSpaceOrControl) {
+		return d.errf(line("image"), "image %q contains spaces or control characters; set an image reference such as sandboxd/python:3.11", e.Image)
+	}
+
+	if e.Runtime != "runc" {
+		return d.errf(line("runtime"), "runtime %q is not supported; the only allowed runtime is runc", e.Runtime)
+	}
+
+	if err := validateUser(e.User); err != "" {
+		return d.errf(line("user"), "user %q is not allowed: %s", e.User, err)
+	}
+
+	switch {
+	case e.Seccomp == "":
+		return d.errf(0, "seccomp is required; name a filter file under seccomp/, e.g. seccomp: default.json")
+	case !seccompRe.MatchString(e.Seccomp) || strings.Contains(e.Seccomp, ".."):
+		return d.errf(line("seccomp"), "seccomp %q must be a plain file name under seccomp/ ending in .json (letters, digits, '.', '_', '-'; no directories, no \"..\")", e.Seccomp)
+	}
+
+	if e.Egress != "none" {
+		return d.errf(line("egress"), "egress %q is not supported yet; the only allowed value is none (no network)", e.Egress)
+	}
+
+	for _, r := range intRules {
+		if v := r.get(e); v < r.min || v > r.max {
+			return d.errf(line(r.path), "%s is %d; allowed is %s", r.path, v, r.allowedRange())
+		}
+	}
+	if c := e.Limits.CPUs; !(c > 0 && c <= maxCPUs) {
+		return d.errf(line("limits.cpus"), "limits.cpus is %s; allowed is more than 0 and at most %d (fractions such as 0.5 are allowed)", strconv.FormatFloat(c, 'g', -1, 64), maxCPUs)
+	}
+	return nil
+}
+
+// validateUser checks a "uid:gid" string and returns what is wrong with it,
+// or "" when it is fine.
+func validateUser(u string) string {
+	m := userRe.FindStringSubmatch(u)
+	if m == nil {
+		return `write it as "uid:gid" with numeric ids, e.g. "65534:65534"`
+	}
+	for i, what := range [2]string{"uid", "gid"} {
+		id, err := strconv.ParseUint(m[i+1], 10, 32)
+		if err != nil || id == 0 || id == 1<<32-1 {
+			return fmt.Sprintf("%s must be between 1 and 4294967294 (0 is root, which sandboxes never run as)", what)
+		}
+	}
+	return ""
+}
+
+func isSpaceOrControl(r rune) bool {
+	return r <= ' ' || r == 0x7f
+}
