@@ -16,6 +16,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/docker/docker/api/types"
 	"github.com/docker/docker/api/types/container"
 	"github.com/docker/docker/api/types/filters"
 	"github.com/docker/docker/client"
@@ -260,6 +261,41 @@ func splitUser(u string) (int, int, error) {
 	return uid, gid, nil
 }
 
+// box is a started sandbox container, attached and waiting for its one job.
+type box struct {
+	id      string
+	imageID string
+	hj      types.HijackedResponse
+}
+
+// startBox creates, attaches to and starts a container for spec. The
+// container waits for its job on stdin. On error nothing is left behind.
+func (r *Runner) startBox(ctx context.Context, spec *Spec, imageID, name string) (*box, error) {
+	cfg, hc, err := CreateOptions(spec, imageID, r.instance)
+	if err != nil {
+		return nil, err
+	}
+	// Engine calls use a context that outlives a cancelled request, so a
+	// half-made container is always cleaned up.
+	bg := context.WithoutCancel(ctx)
+	created, err := r.cli.ContainerCreate(bg, cfg, hc, nil, nil, name)
+	if err != nil {
+		return nil, fmt.Errorf("%w: creating container: %v", ErrEngine, err)
+	}
+	b := &box{id: created.ID, imageID: imageID}
+	b.hj, err = r.cli.ContainerAttach(bg, b.id, container.AttachOptions{Stream: true, Stdin: true, Stdout: true, Stderr: true})
+	if err != nil {
+		r.removeLater(b.id)
+		return nil, fmt.Errorf("%w: attaching to container: %v", ErrEngine, err)
+	}
+	if err := r.cli.ContainerStart(bg, b.id, container.StartOptions{}); err != nil {
+		b.hj.Close()
+		r.removeLater(b.id)
+		return nil, fmt.Errorf("%w: starting container: %v", ErrEngine, err)
+	}
+	return b, nil
+}
+
 // Run runs spec in a fresh container and removes the container afterwards.
 // It returns a Result for every run that started, whatever the code did; an
 // error means the run could not start or the engine failed. When ctx ends
@@ -269,28 +305,20 @@ func (r *Runner) Run(ctx context.Context, spec *Spec) (*Result, error) {
 	if err != nil {
 		return nil, err
 	}
-	cfg, hc, err := CreateOptions(spec, imageID, r.instance)
+	b, err := r.startBox(ctx, spec, imageID, "sandboxd-"+spec.ID)
 	if err != nil {
 		return nil, err
 	}
-	// Engine calls use a context that outlives a cancelled request, so a
-	// half-made container is always cleaned up; ctx only stops the run.
-	bg := context.WithoutCancel(ctx)
-	created, err := r.cli.ContainerCreate(bg, cfg, hc, nil, nil, "sandboxd-"+spec.ID)
-	if err != nil {
-		return nil, fmt.Errorf("%w: creating container: %v", ErrEngine, err)
-	}
-	cid := created.ID
-	defer r.removeLater(cid)
+	return r.runIn(ctx, b, spec)
+}
 
-	hj, err := r.cli.ContainerAttach(bg, cid, container.AttachOptions{Stream: true, Stdin: true, Stdout: true, Stderr: true})
-	if err != nil {
-		return nil, fmt.Errorf("%w: attaching to container: %v", ErrEngine, err)
-	}
+// runIn hands spec's job to the waiting box b, collects what it reports and
+// removes the container afterwards, off the request path.
+func (r *Runner) runIn(ctx context.Context, b *box, spec *Spec) (*Result, error) {
+	cid, hj, imageID := b.id, b.hj, b.imageID
+	defer r.removeLater(cid)
 	defer hj.Close()
-	if err := r.cli.ContainerStart(bg, cid, container.StartOptions{}); err != nil {
-		return nil, fmt.Errorf("%w: starting container: %v", ErrEngine, err)
-	}
+	bg := context.WithoutCancel(ctx)
 	started := time.Now()
 
 	// Hand over the job, then close our side of stdin.
