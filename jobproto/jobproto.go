@@ -27,6 +27,7 @@ const (
 	TypeStderr  byte = 'E' // launcher -> sandboxd: a chunk of the user's stderr
 	TypeFile    byte = 'F' // launcher -> sandboxd: FileHeader JSON length (4 bytes), FileHeader JSON, content
 	TypeSkipped byte = 'S' // launcher -> sandboxd: JSON Skipped
+	TypeStarted byte = 'R' // launcher -> sandboxd: the code has started (empty payload); the wall clock runs from here
 	TypeExit    byte = 'X' // launcher -> sandboxd: JSON Exit, always the last frame
 )
 

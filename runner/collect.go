@@ -22,10 +22,12 @@ type collector struct {
 	fileBytes      int64
 	exit           jobproto.Exit
 	exited         bool
+	// started is closed when the launcher reports that the code started.
+	started chan struct{}
 }
 
 func newCollector(spec *Spec) *collector {
-	return &collector{job: &spec.Job}
+	return &collector{job: &spec.Job, started: make(chan struct{})}
 }
 
 // frameOverhead bounds the bytes of headers the launcher may add per entry.
@@ -48,6 +50,13 @@ func (c *collector) read(r io.Reader) error {
 			return fmt.Errorf("the sandbox sent a frame after its exit report")
 		}
 		switch typ {
+		case jobproto.TypeStarted:
+			select {
+			case <-c.started:
+				return fmt.Errorf("the sandbox reported its start twice")
+			default:
+				close(c.started)
+			}
 		case jobproto.TypeStdout:
 			c.stdout, c.outTrunc = appendCapped(c.stdout, p, c.job.OutputBytes, c.outTrunc)
 		case jobproto.TypeStderr:
@@ -56,6 +65,10 @@ func (c *collector) read(r io.Reader) error {
 			h, content, err := jobproto.DecodeFile(p)
 			if err != nil {
 				return err
+			}
+			if err := jobproto.CheckPath(h.Path); err != nil {
+				c.skipped = append(c.skipped, jobproto.Skipped{Path: h.Path, Reason: "name not returned: " + err.Error()})
+				continue
 			}
 			if len(c.files) >= c.job.MaxOutCount || h.Size > c.job.MaxOutFileBytes || c.fileBytes+h.Size > c.job.MaxOutTotalBytes {
 				c.skipped = append(c.skipped, jobproto.Skipped{Path: h.Path, Reason: "over the output file caps"})

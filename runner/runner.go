@@ -45,9 +45,13 @@ const (
 	StatusKilled  = "killed"  // ended by a signal, or stopped by sandboxd (shutdown, cancel)
 )
 
-// pidsOverhead is added to the profile's pids limit for the container's init
-// process and the launcher's threads, so the code gets what the profile says.
+// pidsOverhead is added to the profile's pids limit for the launcher (the
+// container's init) and its threads, so the code gets what the profile says.
 const pidsOverhead = 16
+
+// startTimeout bounds the time from handing over the job to the launcher
+// starting the code: container start-up under load, writing input files.
+const startTimeout = 20 * time.Second
 
 // killGrace is how long after the launcher's own deadline sandboxd kills the
 // container from outside. Keep the sum well under one second.
@@ -197,7 +201,6 @@ func CreateOptions(spec *Spec, imageID, instance string) (*container.Config, *co
 	}
 	pids := l.Pids + pidsOverhead
 	mem := l.MemoryMB << 20
-	init := true
 	cfg := &container.Config{
 		Image:        imageID,
 		Entrypoint:   []string{LauncherPath},
@@ -231,11 +234,14 @@ func CreateOptions(spec *Spec, imageID, instance string) (*container.Config, *co
 		},
 		CapDrop:     []string{"ALL"},
 		SecurityOpt: []string{"no-new-privileges:true", "seccomp=" + string(p.SeccompJSON)},
-		Init:        &init,
-		IpcMode:     container.IPCModePrivate,
-		ShmSize:     p.ShmMB << 20,
-		LogConfig:   container.LogConfig{Type: "none"},
-		Runtime:     p.Runtime,
+		// No docker-init: the launcher is the container's init (pid 1), so no
+		// other process holds its report stream, it reaps every orphan, and
+		// when it exits the kernel kills everything left in the container.
+		CgroupnsMode: container.CgroupnsModePrivate,
+		IpcMode:      container.IPCModePrivate,
+		ShmSize:      p.ShmMB << 20,
+		LogConfig:    container.LogConfig{Type: "none"},
+		Runtime:      p.Runtime,
 		Resources: container.Resources{
 			Memory:     mem,
 			MemorySwap: mem, // equal to Memory: no swap
@@ -319,7 +325,6 @@ func (r *Runner) runIn(ctx context.Context, b *box, spec *Spec) (*Result, error)
 	defer r.removeLater(cid)
 	defer hj.Close()
 	bg := context.WithoutCancel(ctx)
-	started := time.Now()
 
 	// Hand over the job, then close our side of stdin.
 	sendErr := make(chan error, 1)
@@ -345,17 +350,40 @@ func (r *Runner) runIn(ctx context.Context, b *box, spec *Spec) (*Result, error)
 		readDone <- err
 	}()
 
-	deadline := time.NewTimer(time.Duration(spec.Limits.TimeoutMS)*time.Millisecond + killGrace)
-	defer deadline.Stop()
+	// Two clocks: the sandbox must start the code within startTimeout; from
+	// then on the code has its wall-time limit, plus killGrace for the
+	// launcher to report it stopped the code itself.
+	startup := time.NewTimer(startTimeout)
+	defer startup.Stop()
+	startedCh := col.started
+	var deadline <-chan time.Time
+	var ranFrom, stoppedAt time.Time
 	var stopped string // why sandboxd stopped the run from outside
 	var readErr error
-	select {
-	case readErr = <-readDone:
-	case <-deadline.C:
-		stopped = StatusTimeout
-	case <-ctx.Done():
-		stopped = StatusKilled
+wait:
+	for {
+		select {
+		case readErr = <-readDone:
+			break wait
+		case <-startedCh:
+			startedCh = nil
+			startup.Stop()
+			ranFrom = time.Now()
+			t := time.NewTimer(time.Duration(spec.Limits.TimeoutMS)*time.Millisecond + killGrace)
+			defer t.Stop()
+			deadline = t.C
+		case <-startup.C:
+			stopped = "startup"
+			break wait
+		case <-deadline:
+			stopped = StatusTimeout
+			break wait
+		case <-ctx.Done():
+			stopped = StatusKilled
+			break wait
+		}
 	}
+	stoppedAt = time.Now()
 	if stopped != "" {
 		r.kill(cid)
 		hj.Close()
@@ -366,13 +394,15 @@ func (r *Runner) runIn(ctx context.Context, b *box, spec *Spec) (*Result, error)
 	}
 
 	res := col.result(imageID)
-	if res.Duration == 0 {
-		res.Duration = time.Since(started)
+	if res.Duration == 0 && !ranFrom.IsZero() {
+		res.Duration = stoppedAt.Sub(ranFrom)
 	}
 	switch {
+	case stopped == "startup":
+		return nil, fmt.Errorf("%w: the sandbox did not start the code within %v", ErrEngine, startTimeout)
 	case stopped == StatusTimeout:
 		res.Status = StatusTimeout
-		res.Duration = time.Since(started)
+		res.Duration = stoppedAt.Sub(ranFrom)
 		res.Message = fmt.Sprintf("the code ran past the %d ms wall-time limit and was killed", spec.Limits.TimeoutMS)
 	case stopped == StatusKilled:
 		res.Status = StatusKilled

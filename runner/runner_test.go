@@ -59,7 +59,8 @@ func TestCreateOptionsLockdown(t *testing.T) {
 	check("caps", len(hc.CapDrop) == 1 && hc.CapDrop[0] == "ALL" && len(hc.CapAdd) == 0)
 	check("no-new-privileges", hc.SecurityOpt[0] == "no-new-privileges:true")
 	check("seccomp profile", strings.HasPrefix(hc.SecurityOpt[1], "seccomp={") && !strings.Contains(hc.SecurityOpt[1], "unconfined"))
-	check("init", hc.Init != nil && *hc.Init)
+	check("the launcher is init", hc.Init == nil || !*hc.Init)
+	check("private cgroup namespace", hc.CgroupnsMode == container.CgroupnsModePrivate)
 	check("private ipc", hc.IpcMode == container.IPCModePrivate)
 	check("small shm", hc.ShmSize == p.ShmMB<<20 && hc.ShmSize <= 64<<20)
 	check("no logs", hc.LogConfig.Type == "none")
@@ -133,6 +134,15 @@ func TestCollectorHoldsCapsAgainstAHostileLauncher(t *testing.T) {
 	}
 	if !c.exited {
 		t.Fatal("exit frame not seen")
+	}
+
+	// Names that would leave /sandbox/out are never returned as files.
+	c = testCollector(5, 10, 10)
+	if err := c.read(frames(t, fileFrame("../../etc/x", "1"), fileFrame("/abs", "1"), fileFrame("a\nb", "1"), exitFrame(jobproto.Exit{}))); err != nil {
+		t.Fatal(err)
+	}
+	if len(c.files) != 0 || len(c.skipped) != 3 {
+		t.Fatalf("files %+v skipped %+v", c.files, c.skipped)
 	}
 }
 

@@ -445,8 +445,13 @@ func checkLockdown(t *testing.T, info container.InspectResponse, id string, want
 	if cfg.User != "65534:65534" {
 		errorf("User %q, want 65534:65534", cfg.User)
 	}
-	if hc.Init == nil || !*hc.Init {
-		errorf("Init not true")
+	// No docker-init: sandboxd's launcher is the container's init (pid 1), so
+	// that no process the code can reach holds the report stream.
+	if hc.Init != nil && *hc.Init {
+		errorf("Init true: docker-init would hold the report stream as a process the code can reach")
+	}
+	if hc.CgroupnsMode != "private" {
+		errorf("CgroupnsMode %q, want private", hc.CgroupnsMode)
 	}
 	if hc.IpcMode != "private" {
 		errorf("IpcMode %q, want private", hc.IpcMode)
@@ -584,8 +589,12 @@ for path in ("/proc/%d/fd/1" % os.getppid(), "/proc/1/fd/1"):
         continue
     os.write(fd, forged)
     os.close(fd)
+print("PID1", open("/proc/1/cmdline", "rb").read().split(b"\0")[0].decode(), flush=True)
 raise ValueError("the real outcome")
 `))
+	if !strings.Contains(r.Stdout, "PID1 /usr/local/bin/sandboxd-launcher") {
+		t.Errorf("pid 1 is not the launcher: stdout %q", r.Stdout)
+	}
 	if r.Status != "error" || r.ExitCode != 1 || !strings.Contains(r.Stderr, "ValueError: the real outcome") {
 		t.Errorf("status %q exit_code %d stderr %q: want the real outcome (error, 1, the ValueError traceback)\n%s", r.Status, r.ExitCode, r.Stderr, res)
 	}
@@ -649,4 +658,33 @@ func TestBusy(t *testing.T) {
 		t.Errorf("only %d of %d runs were served; at least the %d run slots should be", ok, n, 2*runtime.NumCPU())
 	}
 	wantHealthy(t)
+}
+
+// The code cannot stop the launcher (the container's init) from reporting:
+// signals to pid 1 are dropped, kill(-1) spares it, and a daemon the code
+// leaves behind is gone when the run ends.
+func TestSandboxCannotSilenceTheLauncher(t *testing.T) {
+	t.Parallel()
+	c := newTC(t)
+	r, res := c.exec(py(`import os, signal, sys, time
+for s in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1, signal.SIGPIPE):
+    os.kill(1, s)
+try:
+    os.kill(1, signal.SIGKILL)
+except OSError as e:
+    print("KILL1", e.errno)
+if os.fork() == 0:
+    os.setsid()
+    time.sleep(60)
+    os._exit(0)
+time.sleep(0.2)
+print("still here", flush=True)
+sys.exit(3)
+`))
+	if r.Status != "error" || r.ExitCode != 3 || !strings.Contains(r.Stdout, "still here") {
+		t.Fatalf("status %q exit %d stdout %q: the launcher should have reported exit 3\n%s", r.Status, r.ExitCode, r.Stdout, res)
+	}
+	if r.DurationMS > 5000 {
+		t.Fatalf("the run took %d ms: the daemon the code left kept it alive", r.DurationMS)
+	}
 }

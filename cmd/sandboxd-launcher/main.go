@@ -14,12 +14,13 @@ import (
 	"io"
 	"io/fs"
 	"os"
-	"os/exec"
+	"os/signal"
 	"path/filepath"
 	"runtime"
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -35,6 +36,18 @@ func main() {
 	// uid), so the code cannot open the launcher's stdout and forge frames.
 	// execve of Python resets the flag for the child.
 	_ = unix.Prctl(unix.PR_SET_DUMPABLE, 0, 0, 0, 0)
+	// The launcher is the container's init (pid 1): no other process holds
+	// the report stream, signals the code sends it are dropped, and when it
+	// exits the kernel kills everything left in the container.
+	// Handled, not ignored: ignored dispositions would pass on to Python.
+	sigs := make(chan os.Signal, 16)
+	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP, syscall.SIGQUIT,
+		syscall.SIGUSR1, syscall.SIGUSR2, syscall.SIGPIPE, syscall.SIGALRM, syscall.SIGTSTP,
+		syscall.SIGTTIN, syscall.SIGTTOU, syscall.SIGXCPU, syscall.SIGXFSZ, syscall.SIGVTALRM, syscall.SIGPROF)
+	go func() {
+		for range sigs {
+		}
+	}()
 	reserveThreads(8)
 
 	out := &frameWriter{w: os.Stdout}
@@ -156,26 +169,26 @@ func execute(job *jobproto.Job, out *frameWriter) jobproto.Exit {
 	for k, v := range job.Env {
 		env = append(env, k+"="+v)
 	}
-	cmd := &exec.Cmd{
-		Path:        python,
-		Args:        []string{"python3", jobproto.CodePath},
-		Dir:         jobproto.WorkDir,
-		Env:         env,
-		Stdin:       stdinR,
-		Stdout:      stdoutW,
-		Stderr:      stderrW,
-		SysProcAttr: &syscall.SysProcAttr{Setpgid: true},
-	}
 	oomBefore := oomKills()
 	start := time.Now()
-	if err := cmd.Start(); err != nil {
+	// The child gets only the three pipes: nothing else of the launcher's
+	// (the report stream above all) is inherited.
+	proc, err := os.StartProcess(python, []string{"python3", jobproto.CodePath}, &os.ProcAttr{
+		Dir:   jobproto.WorkDir,
+		Env:   env,
+		Files: []*os.File{stdinR, stdoutW, stderrW},
+		Sys:   &syscall.SysProcAttr{Setpgid: true},
+	})
+	if err != nil {
 		return jobproto.Exit{ExitCode: -1, Error: "starting python: " + err.Error()}
 	}
+	pid := proc.Pid
 	stdinR.Close()
 	stdoutW.Close()
 	stderrW.Close()
 	// The code, not the launcher, should be the OOM killer's choice.
-	_ = os.WriteFile("/proc/"+strconv.Itoa(cmd.Process.Pid)+"/oom_score_adj", []byte("1000"), 0)
+	_ = os.WriteFile("/proc/"+strconv.Itoa(pid)+"/oom_score_adj", []byte("1000"), 0)
+	_ = out.frame(jobproto.TypeStarted, nil)
 
 	go func() {
 		_, _ = stdinW.Write(job.Stdin)
@@ -187,42 +200,34 @@ func execute(job *jobproto.Job, out *frameWriter) jobproto.Exit {
 	go func() { defer pumps.Done(); outTrunc = pump(stdoutR, out, jobproto.TypeStdout, job.OutputBytes) }()
 	go func() { defer pumps.Done(); errTrunc = pump(stderrR, out, jobproto.TypeStderr, job.OutputBytes) }()
 
-	var timedOut bool
-	var mu sync.Mutex
+	var timedOut atomic.Bool
 	timer := time.AfterFunc(time.Duration(job.TimeoutMS)*time.Millisecond, func() {
-		mu.Lock()
-		timedOut = true
-		mu.Unlock()
-		killAll(cmd.Process.Pid)
+		timedOut.Store(true)
+		killAll(pid)
 	})
-	waitErr := cmd.Wait()
+	ws, ru, err := reapUntil(pid)
 	timer.Stop()
 	dur := time.Since(start)
 	// Whatever the code left behind (daemons, children holding the output
 	// pipes) dies now, so the pipes reach EOF and /sandbox/out is stable.
-	killAll(cmd.Process.Pid)
+	killAll(pid)
+	reapAll()
 	pumps.Wait()
 
 	exit := jobproto.Exit{
 		DurationMS:      dur.Milliseconds(),
 		StdoutTruncated: outTrunc,
 		StderrTruncated: errTrunc,
+		TimedOut:        timedOut.Load(),
 	}
-	mu.Lock()
-	exit.TimedOut = timedOut
-	mu.Unlock()
-	st := cmd.ProcessState
-	if st == nil {
+	if err != nil {
 		exit.ExitCode = -1
-		exit.Error = "waiting for python: " + fmt.Sprint(waitErr)
+		exit.Error = "waiting for python: " + err.Error()
 		return exit
 	}
-	if ru, ok := st.SysUsage().(*syscall.Rusage); ok {
-		exit.UserCPUMS = ru.Utime.Sec*1000 + int64(ru.Utime.Usec)/1000
-		exit.SysCPUMS = ru.Stime.Sec*1000 + int64(ru.Stime.Usec)/1000
-		exit.MaxRSSKB = ru.Maxrss
-	}
-	ws, _ := st.Sys().(syscall.WaitStatus)
+	exit.UserCPUMS = ru.Utime.Sec*1000 + int64(ru.Utime.Usec)/1000
+	exit.SysCPUMS = ru.Stime.Sec*1000 + int64(ru.Stime.Usec)/1000
+	exit.MaxRSSKB = ru.Maxrss
 	switch {
 	case ws.Signaled():
 		exit.ExitCode = 128 + int(ws.Signal())
@@ -236,9 +241,41 @@ func execute(job *jobproto.Job, out *frameWriter) jobproto.Exit {
 	return exit
 }
 
-// killAll kills the code's process group and then every other process the
-// launcher may signal (all of the sandbox user's processes but itself and
-// the init process).
+// reapUntil reaps children, adopted orphans included (the launcher is the
+// container's init), until pid exits, and returns pid's status and usage.
+func reapUntil(pid int) (syscall.WaitStatus, syscall.Rusage, error) {
+	for {
+		var ws syscall.WaitStatus
+		var ru syscall.Rusage
+		got, err := syscall.Wait4(-1, &ws, 0, &ru)
+		if err == syscall.EINTR {
+			continue
+		}
+		if err != nil {
+			return ws, ru, err
+		}
+		if got == pid && (ws.Exited() || ws.Signaled()) {
+			return ws, ru, nil
+		}
+	}
+}
+
+// reapAll reaps every remaining child until none is left.
+func reapAll() {
+	for {
+		var ws syscall.WaitStatus
+		_, err := syscall.Wait4(-1, &ws, 0, nil)
+		if err == syscall.EINTR {
+			continue
+		}
+		if err != nil {
+			return
+		}
+	}
+}
+
+// killAll kills the code's process group and then every other process in
+// the container but the launcher itself, which is the container's init.
 func killAll(pgid int) {
 	_ = syscall.Kill(-pgid, syscall.SIGKILL)
 	_ = syscall.Kill(-1, syscall.SIGKILL)
