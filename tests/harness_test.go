@@ -109,6 +109,9 @@ var (
 	// sandboxd sharing the Docker engine.
 	instanceLabel string
 	serverStart   time.Time
+	// sandboxdBin is the binary TestMain built, for tests that start their
+	// own server (lifecycle_test.go).
+	sandboxdBin string
 
 	execSem = make(chan struct{}, maxConcurrentExecs)
 
@@ -157,6 +160,7 @@ func runMain(m *testing.M) (code int) {
 
 	// Build the real binary.
 	bin := filepath.Join(tmp, "sandboxd")
+	sandboxdBin = bin
 	build := exec.Command(goTool(), "build", "-o", bin, "./cmd/sandboxd")
 	build.Dir = moduleRoot
 	if out, err := build.CombinedOutput(); err != nil {
