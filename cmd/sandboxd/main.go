@@ -94,24 +94,41 @@ func envDefault(name, def string) string {
 	return def
 }
 
+// envErrs collects environment variables that do not parse, so that serve
+// refuses them instead of silently using the default.
+var envErrs []string
+
 func envInt(name string, def int) int {
-	if v, err := strconv.Atoi(envDefault(name, "")); err == nil {
-		return v
+	v := envDefault(name, "")
+	if v == "" {
+		return def
 	}
-	return def
+	n, err := strconv.Atoi(v)
+	if err != nil {
+		envErrs = append(envErrs, fmt.Sprintf("SANDBOXD_%s=%q is not a whole number", name, v))
+		return def
+	}
+	return n
 }
 
 func envDuration(name string, def time.Duration) time.Duration {
-	if v, err := time.ParseDuration(envDefault(name, "")); err == nil {
-		return v
+	v := envDefault(name, "")
+	if v == "" {
+		return def
 	}
-	return def
+	d, err := time.ParseDuration(v)
+	if err != nil {
+		envErrs = append(envErrs, fmt.Sprintf("SANDBOXD_%s=%q is not a duration such as 30s", name, v))
+		return def
+	}
+	return d
 }
 
 func parseServe(args []string, stderr io.Writer) (*serveConfig, error) {
 	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	c := &serveConfig{}
+	envErrs = nil
 	fs.StringVar(&c.addr, "addr", envDefault("ADDR", "127.0.0.1:8080"), "listen address (env SANDBOXD_ADDR)")
 	fs.StringVar(&c.dataDir, "data-dir", envDefault("DATA_DIR", "./data"), "data directory (env SANDBOXD_DATA_DIR)")
 	fs.StringVar(&c.profilesDir, "profiles-dir", envDefault("PROFILES_DIR", "./profiles"), "profiles directory (env SANDBOXD_PROFILES_DIR)")
@@ -127,6 +144,12 @@ func parseServe(args []string, stderr io.Writer) (*serveConfig, error) {
 	}
 	if fs.NArg() > 0 {
 		return nil, fmt.Errorf("unexpected argument %q", fs.Arg(0))
+	}
+	if len(envErrs) > 0 {
+		return nil, errors.New(strings.Join(envErrs, "; "))
+	}
+	if c.maxRuns < 1 || c.queue < 0 || c.queueWait <= 0 || c.maxBodyMB < 1 || c.shutdownGrace < 0 {
+		return nil, errors.New("--max-runs and --max-body-mb must be at least 1, --queue and --shutdown-grace at least 0, --queue-wait above 0")
 	}
 	return c, nil
 }

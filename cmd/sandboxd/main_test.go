@@ -1,0 +1,77 @@
+package main
+
+import (
+	"bytes"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+func TestProfilesCheck(t *testing.T) {
+	var out, errb bytes.Buffer
+	if code := run([]string{"profiles", "check", "../../profiles"}, &out, &errb); code != 0 {
+		t.Fatalf("shipped profiles: exit %d: %s", code, errb.String())
+	}
+	if !strings.Contains(out.String(), `exec profile "default" ok`) {
+		t.Fatalf("output %q", out.String())
+	}
+
+	// A bad value is reported as file:line: problem, with a non-zero exit.
+	dir := t.TempDir()
+	if err := os.MkdirAll(filepath.Join(dir, "exec"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.MkdirAll(filepath.Join(dir, "seccomp"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	seccomp, err := os.ReadFile("../../profiles/seccomp/default.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = os.WriteFile(filepath.Join(dir, "seccomp", "default.json"), seccomp, 0o644)
+	bad := "name: default\nimage: sandboxd/python:3.11\nseccomp: default.json\nlimits:\n  memory_mb: 999999\n"
+	_ = os.WriteFile(filepath.Join(dir, "exec", "default.yaml"), []byte(bad), 0o644)
+	out.Reset()
+	errb.Reset()
+	code := run([]string{"profiles", "check", dir}, &out, &errb)
+	want := filepath.Join(dir, "exec", "default.yaml") + ":5: "
+	if code == 0 || !strings.HasPrefix(errb.String(), want) || !strings.Contains(errb.String(), "memory_mb") {
+		t.Fatalf("exit %d stderr %q; want non-zero and %q...memory_mb", code, errb.String(), want)
+	}
+}
+
+func TestVersionAndUsage(t *testing.T) {
+	var out, errb bytes.Buffer
+	if code := run([]string{"version"}, &out, &errb); code != 0 || !strings.HasPrefix(out.String(), "sandboxd ") {
+		t.Fatalf("version: %d %q", code, out.String())
+	}
+	if code := run([]string{"frobnicate"}, &out, &errb); code != 2 || !strings.Contains(errb.String(), "unknown command") {
+		t.Fatalf("unknown command: %d %q", code, errb.String())
+	}
+}
+
+func TestServeFlagsFromEnvironment(t *testing.T) {
+	t.Setenv("SANDBOXD_ADDR", "127.0.0.1:9999")
+	t.Setenv("SANDBOXD_DATA_DIR", "/tmp/x")
+	t.Setenv("SANDBOXD_MAX_RUNS", "7")
+	var errb bytes.Buffer
+	c, err := parseServe([]string{"--data-dir", "/tmp/flag-wins"}, &errb)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.addr != "127.0.0.1:9999" || c.dataDir != "/tmp/flag-wins" || c.maxRuns != 7 || c.profilesDir != "./profiles" {
+		t.Fatalf("config %+v", c)
+	}
+	if _, err := parseServe([]string{"stray"}, &errb); err == nil {
+		t.Fatal("stray argument accepted")
+	}
+	t.Setenv("SANDBOXD_MAX_RUNS", "lots")
+	if _, err := parseServe(nil, &errb); err == nil || !strings.Contains(err.Error(), "SANDBOXD_MAX_RUNS") {
+		t.Fatalf("bad env value: %v", err)
+	}
+	t.Setenv("SANDBOXD_MAX_RUNS", "0")
+	if _, err := parseServe(nil, &errb); err == nil {
+		t.Fatal("zero run slots accepted")
+	}
+}
