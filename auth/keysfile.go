@@ -15,25 +15,13 @@ import (
 	"strings"
 
 	"go.yaml.in/yaml/v3"
+
+	"github.com/sandboxd/sandboxd/yamlfile"
 )
 
-// Error is a problem in the keys file, as "file:line: problem".
-type Error struct {
-	// File is the keys file path as given to LoadFile.
-	File string
-	// Line is the 1-based line of the problem, or 0 when it has none.
-	Line int
-	// Msg says what is wrong and how to fix it. It never contains a key.
-	Msg string
-}
-
-// Error returns "file:line: problem", or "file: problem" when Line is 0.
-func (e *Error) Error() string {
-	if e.Line > 0 {
-		return fmt.Sprintf("%s:%d: %s", e.File, e.Line, e.Msg)
-	}
-	return fmt.Sprintf("%s: %s", e.File, e.Msg)
-}
+// Error is a problem in the keys file, as "file:line: problem". Its
+// message never contains a key.
+type Error = yamlfile.Error
 
 // LoadFile reads and validates the keys file at path. The warnings say
 // which entries store a plaintext key; they never contain the key. Any
@@ -295,35 +283,9 @@ func quoteKey(k *yaml.Node) string {
 	return describe(k)
 }
 
-// describe names what a node holds, with its value for scalars.
-func describe(n *yaml.Node) string {
-	if n.Kind == yaml.ScalarNode && n.ShortTag() != "!!null" {
-		return fmt.Sprintf("%s %q", kindOnly(n), n.Value)
-	}
-	return kindOnly(n)
-}
+// describe names what a node holds, with its value for scalars. Not for
+// key values: those go through kindOnly.
+func describe(n *yaml.Node) string { return yamlfile.Describe(n) }
 
 // kindOnly names what a node holds without its value.
-func kindOnly(n *yaml.Node) string {
-	switch n.Kind {
-	case yaml.MappingNode:
-		return "a mapping"
-	case yaml.SequenceNode:
-		return "a list"
-	case yaml.AliasNode:
-		return "an alias (aliases are not supported)"
-	case yaml.ScalarNode:
-		switch n.ShortTag() {
-		case "!!str":
-			return "a string"
-		case "!!int", "!!float":
-			return "a number"
-		case "!!bool":
-			return "a boolean"
-		case "!!null":
-			return "no value"
-		}
-		return "a scalar"
-	}
-	return "nothing"
-}
+func kindOnly(n *yaml.Node) string { return yamlfile.Kind(n) }

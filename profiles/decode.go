@@ -10,6 +10,8 @@ import (
 	"strings"
 
 	"go.yaml.in/yaml/v3"
+
+	"github.com/sandboxd/sandboxd/yamlfile"
 )
 
 // parseDocument parses data as exactly one YAML document whose root is a
@@ -158,26 +160,4 @@ func (d *decoder) typeErr(v *yaml.Node, path, want string) *Error {
 }
 
 // describe names what a node holds, for error messages.
-func describe(n *yaml.Node) string {
-	switch n.Kind {
-	case yaml.MappingNode:
-		return "a mapping"
-	case yaml.SequenceNode:
-		return "a list"
-	case yaml.AliasNode:
-		return "an alias"
-	case yaml.ScalarNode:
-		switch n.ShortTag() {
-		case "!!str":
-			return fmt.Sprintf("the string %q", n.Value)
-		case "!!int", "!!float":
-			return "the number " + n.Value
-		case "!!bool":
-			return fmt.Sprintf("the boolean %s", n.Value)
-		case "!!null":
-			return "no value"
-		}
-		return fmt.Sprintf("%q", n.Value)
-	}
-	return "an empty node"
-}
+func describe(n *yaml.Node) string { return yamlfile.Describe(n) }
