@@ -134,7 +134,7 @@ func TestKeysFileErrors(t *testing.T) {
 		{"keys not a list", "keys: {id: a}\n", 1, []string{"keys must be a list", "got a mapping"}},
 		{"keys empty", "keys: []\n", 1, []string{"keys is empty"}},
 		{"keys null", "keys:\n", 1, []string{"keys must be a list", "got no value"}},
-		{"entry not a mapping", "keys:\n  - agent-1\n", 2, []string{"keys[0] must be a mapping", `got a string "agent-1"`}},
+		{"entry not a mapping", "keys:\n  - agent-1\n", 2, []string{"keys[0] must be a mapping", `got the string "agent-1"`}},
 		{"unknown entry key", entry("    key_sha256: " + h + "\n    role: [admin]\n"), 6, []string{`unknown key "role" in keys[0]`, "allowed keys: id, tenant, key_sha256, key, roles"}},
 		{"repeated entry key", entry("    key_sha256: " + h + "\n    tenant: u\n"), 6, []string{`key "tenant" in keys[0] is repeated (first on line 3)`}},
 		{"missing id", "keys:\n  - tenant: t\n    key_sha256: " + h + "\n    roles: [agent]\n", 2, []string{"keys[0] has no id"}},
