@@ -10,7 +10,6 @@ import (
 	"strings"
 	"unicode/utf8"
 
-	"github.com/google/uuid"
 	"github.com/labstack/echo/v4"
 
 	"github.com/sandboxd/sandboxd/admit"
@@ -134,8 +133,9 @@ func (s *Server) exec(c echo.Context) error {
 	stop := context.AfterFunc(s.runCtx, func() { cancel(context.Cause(s.runCtx)) })
 	defer stop()
 
-	log := requestLogger(c, s.log).With("exec_id", spec.ID, "profile", spec.Profile.Name)
-	res, err := s.cfg.Engine.Run(ctx, spec)
+	log := requestLogger(c, s.log).With("profile", spec.Profile.Name)
+	res, err := s.cfg.Engine.Run(ctx, spec) // may assign spec.ID (a pooled sandbox's)
+	log = log.With("exec_id", spec.ID)
 	if err != nil {
 		log.Error("run failed", "err", err)
 		switch {
@@ -190,7 +190,7 @@ func (s *Server) buildSpec(req *ExecRequest) (*runner.Spec, error) {
 		return nil, err
 	}
 	return &runner.Spec{
-		ID:      "ex_" + strings.ReplaceAll(uuid.NewString(), "-", ""),
+		ID:      runner.NewExecID(),
 		Profile: prof,
 		Limits:  limits,
 		Job: jobproto.Job{

@@ -98,12 +98,17 @@ var (
 	ErrLauncher     = errors.New("sandbox launcher failed")
 )
 
+// errStaleBox means a pooled box could not take its job: it died while it
+// waited. The code never ran, so a cold box may run it.
+var errStaleBox = errors.New("pooled sandbox is gone")
+
 // Runner starts containers through one engine client.
 type Runner struct {
 	cli      *client.Client
 	log      *slog.Logger
 	instance string
 	removals sync.WaitGroup
+	pool     *pool // nil when pooling is off
 }
 
 // New connects to the engine named by the environment (DOCKER_HOST etc.),
@@ -178,8 +183,12 @@ func (r *Runner) Cleanup(ctx context.Context) (int, error) {
 	return n, nil
 }
 
-// Close waits for pending container removals, at most until ctx ends.
+// Close removes the pool's idle containers and waits for pending container
+// removals, at most until ctx ends.
 func (r *Runner) Close(ctx context.Context) error {
+	if r.pool != nil {
+		r.pool.close()
+	}
 	done := make(chan struct{})
 	go func() { r.removals.Wait(); close(done) }()
 	select {
@@ -272,6 +281,11 @@ type box struct {
 	id      string
 	imageID string
 	hj      types.HijackedResponse
+	// Set for pooled boxes: the exec id the container was labelled with,
+	// and the watcher's peek (see watch).
+	execID  string
+	peeked  chan struct{}
+	peekErr error
 }
 
 // startBox creates, attaches to and starts a container for spec. The
@@ -311,11 +325,56 @@ func (r *Runner) Run(ctx context.Context, spec *Spec) (*Result, error) {
 	if err != nil {
 		return nil, err
 	}
+	if b := r.takePooled(ctx, spec, imageID); b != nil {
+		id := spec.ID
+		spec.ID = b.execID
+		res, err := r.runIn(ctx, b, spec)
+		if !errors.Is(err, errStaleBox) {
+			return res, err
+		}
+		// The box died while it waited and the job never reached it.
+		r.log.Warn("a pooled sandbox was gone; using a cold one", "container", b.id[:12])
+		spec.ID = id
+	}
 	b, err := r.startBox(ctx, spec, imageID, "sandboxd-"+spec.ID)
 	if err != nil {
 		return nil, err
 	}
 	return r.runIn(ctx, b, spec)
+}
+
+// takePooled returns a ready pooled box for spec with spec's limits applied,
+// or nil when there is none (the caller then starts a cold one).
+func (r *Runner) takePooled(ctx context.Context, spec *Spec, imageID string) *box {
+	if r.pool == nil || !poolable(spec) {
+		return nil
+	}
+	b := r.pool.take(spec.Profile, imageID)
+	if b == nil {
+		return nil
+	}
+	if err := r.lower(ctx, b, spec); err != nil {
+		r.log.Warn("lowering a pooled sandbox's limits failed; using a cold one", "err", err)
+		b.hj.Close()
+		r.removeLater(b.id)
+		return nil
+	}
+	return b
+}
+
+// lower applies a request's lowered memory, CPU and pids limits to a pooled
+// box made with its profile's, before the job is handed over.
+func (r *Runner) lower(ctx context.Context, b *box, spec *Spec) error {
+	p, l := spec.Profile.Limits, spec.Limits
+	if l.MemoryMB == p.MemoryMB && l.CPUs == p.CPUs && l.Pids == p.Pids {
+		return nil
+	}
+	mem := l.MemoryMB << 20
+	pids := l.Pids + pidsOverhead
+	_, err := r.cli.ContainerUpdate(context.WithoutCancel(ctx), b.id, container.UpdateConfig{Resources: container.Resources{
+		Memory: mem, MemorySwap: mem, NanoCPUs: int64(l.CPUs * 1e9), PidsLimit: &pids,
+	}})
+	return err
 }
 
 // runIn hands spec's job to the waiting box b, collects what it reports and
@@ -340,6 +399,11 @@ func (r *Runner) runIn(ctx context.Context, b *box, spec *Spec) (*Result, error)
 	pr, pw := io.Pipe()
 	diag := &capped{max: 8 << 10}
 	go func() {
+		if b.peeked != nil {
+			// A pooled box's watcher peeks at the stream; read it only
+			// once that has returned (it does not consume).
+			<-b.peeked
+		}
 		_, err := stdcopy.StdCopy(pw, diag, hj.Reader)
 		pw.CloseWithError(err)
 	}()
@@ -390,6 +454,13 @@ wait:
 		readErr = <-readDone
 	}
 	if err := <-sendErr; err != nil && stopped == "" && !col.exited {
+		select {
+		case <-col.started:
+		default:
+			if b.execID != "" {
+				return nil, errStaleBox
+			}
+		}
 		r.log.Warn("sending job to sandbox failed", "exec_id", spec.ID, "err", err)
 	}
 

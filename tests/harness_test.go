@@ -956,15 +956,9 @@ type watch struct {
 
 func startWatch() *watch {
 	w := &watch{done: make(chan struct{}), seen: map[string]container.InspectResponse{}, byID: map[string]string{}}
-	// Containers that exist already (e.g. one still being torn down after
-	// its response) are not the ones the caller is about to make.
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	if list, err := ourContainers(ctx); err == nil {
-		for _, c := range list {
-			w.byID[c.ID] = ""
-		}
-	}
-	cancel()
+	// Containers that exist already are watched too: with the warm pool on,
+	// the run takes a container started before the request. Callers look
+	// containers up by their exec id, so others do no harm.
 	w.wg.Add(1)
 	go func() {
 		defer w.wg.Done()

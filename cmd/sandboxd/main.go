@@ -80,7 +80,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 
 type serveConfig struct {
 	addr, dataDir, profilesDir, keysFile string
-	maxRuns, queue                       int
+	maxRuns, queue, poolSize             int
 	queueWait, shutdownGrace             time.Duration
 	maxBodyMB                            int64
 	logLevel                             string
@@ -138,6 +138,7 @@ func parseServe(args []string, stderr io.Writer) (*serveConfig, error) {
 	fs.DurationVar(&c.queueWait, "queue-wait", envDuration("QUEUE_WAIT", 30*time.Second), "longest wait for a run slot (env SANDBOXD_QUEUE_WAIT)")
 	fs.DurationVar(&c.shutdownGrace, "shutdown-grace", envDuration("SHUTDOWN_GRACE", 15*time.Second), "on SIGTERM, how long running jobs may finish before they are killed (env SANDBOXD_SHUTDOWN_GRACE)")
 	fs.Int64Var(&c.maxBodyMB, "max-body-mb", int64(envInt("MAX_BODY_MB", 32)), "largest request body in MiB (env SANDBOXD_MAX_BODY_MB)")
+	fs.IntVar(&c.poolSize, "pool-size", envInt("POOL_SIZE", 2), "started sandboxes kept ready per exec profile; 0 turns the warm pool off (env SANDBOXD_POOL_SIZE)")
 	fs.StringVar(&c.logLevel, "log-level", envDefault("LOG_LEVEL", "info"), "debug, info, warn or error (env SANDBOXD_LOG_LEVEL)")
 	if err := fs.Parse(args); err != nil {
 		return nil, err
@@ -148,8 +149,8 @@ func parseServe(args []string, stderr io.Writer) (*serveConfig, error) {
 	if len(envErrs) > 0 {
 		return nil, errors.New(strings.Join(envErrs, "; "))
 	}
-	if c.maxRuns < 1 || c.queue < 0 || c.queueWait <= 0 || c.maxBodyMB < 1 || c.shutdownGrace < 0 {
-		return nil, errors.New("--max-runs and --max-body-mb must be at least 1, --queue and --shutdown-grace at least 0, --queue-wait above 0")
+	if c.maxRuns < 1 || c.queue < 0 || c.poolSize < 0 || c.poolSize > 64 || c.queueWait <= 0 || c.maxBodyMB < 1 || c.shutdownGrace < 0 {
+		return nil, errors.New("--max-runs and --max-body-mb must be at least 1, --queue and --shutdown-grace at least 0, --pool-size 0 to 64, --queue-wait above 0")
 	}
 	return c, nil
 }
@@ -205,6 +206,8 @@ func serveWith(cfg *serveConfig, log *slog.Logger, console io.Writer) error {
 		log.Info("removed containers left by an earlier process", "count", n)
 	}
 	cancel()
+	eng.EnablePool(cfg.poolSize)
+	eng.Warm(context.Background(), set)
 
 	srv := api.New(api.Config{
 		DataDir:      dataDir,
@@ -227,7 +230,7 @@ func serveWith(cfg *serveConfig, log *slog.Logger, console io.Writer) error {
 		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
 	}
 	log.Info("sandboxd listening", "addr", ln.Addr().String(), "version", version, "data_dir", dataDir,
-		"profiles", strings.Join(set.Names(), ","), "max_runs", cfg.maxRuns, "queue", cfg.queue)
+		"profiles", strings.Join(set.Names(), ","), "max_runs", cfg.maxRuns, "queue", cfg.queue, "pool_size", cfg.poolSize)
 
 	serveErr := make(chan error, 1)
 	go func() { serveErr <- hs.Serve(ln) }()

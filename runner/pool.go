@@ -1,0 +1,242 @@
+package runner
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"sync"
+	"time"
+
+	"github.com/sandboxd/sandboxd/profiles"
+)
+
+// A pool keeps containers created and started ahead of time, with the full
+// lockdown of their profile, each waiting on its attached stdin for exactly
+// one job. A container is used once and then destroyed: nothing is ever
+// reused, so nothing leaks between runs or tenants. When the pool is empty
+// a request gets a cold container, never a used one.
+//
+// Pools are keyed by profile name, profile version and image ID: a changed
+// profile or a rebuilt image drains the old boxes.
+type pool struct {
+	r    *Runner
+	size int
+
+	mu      sync.Mutex
+	cond    *sync.Cond
+	closed  bool
+	classes map[string]*poolClass // by profile name
+	wg      sync.WaitGroup
+}
+
+type poolClass struct {
+	profile *profiles.Exec
+	imageID string
+	ready   []*box
+	filling int
+	// failures counts box starts that failed in a row, for back-off.
+	failures int
+}
+
+func newPool(r *Runner, size int) *pool {
+	p := &pool{r: r, size: size, classes: map[string]*poolClass{}}
+	p.cond = sync.NewCond(&p.mu)
+	return p
+}
+
+// NewExecID returns a new exec id: "ex_" and 32 hex digits.
+func NewExecID() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:])
+	return "ex_" + hex.EncodeToString(b[:])
+}
+
+// EnablePool makes the runner keep size started containers per profile
+// ready; 0 turns pooling off. Call it before Warm and Run.
+func (r *Runner) EnablePool(size int) {
+	if size > 0 {
+		r.pool = newPool(r, size)
+	}
+}
+
+// Warm starts filling the pool of each profile in the background.
+func (r *Runner) Warm(ctx context.Context, set *profiles.Set) {
+	if r.pool == nil {
+		return
+	}
+	for _, name := range set.Names() {
+		prof := set.Exec[name]
+		imageID, err := r.ImageID(ctx, prof.Image)
+		if err != nil {
+			r.log.Warn("not warming a pool: image missing", "profile", name, "err", err)
+			continue
+		}
+		r.pool.fill(prof, imageID)
+	}
+}
+
+// PoolStats reports ready and starting boxes per profile.
+func (r *Runner) PoolStats() map[string][2]int {
+	out := map[string][2]int{}
+	if r.pool == nil {
+		return out
+	}
+	r.pool.mu.Lock()
+	defer r.pool.mu.Unlock()
+	for name, c := range r.pool.classes {
+		out[name] = [2]int{len(c.ready), c.filling}
+	}
+	return out
+}
+
+// poolable reports whether a run with these limits can use a box made with
+// the profile's: memory, CPU and pids can be lowered on a running container
+// (see lower); the tmpfs size cannot.
+func poolable(spec *Spec) bool {
+	return spec.Limits.TmpfsMB == spec.Profile.Limits.TmpfsMB
+}
+
+// take returns a ready box for the profile and image, or nil. Boxes of an
+// older profile version or image are drained.
+func (p *pool) take(prof *profiles.Exec, imageID string) *box {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed {
+		return nil
+	}
+	c := p.class(prof, imageID)
+	var b *box
+	for len(c.ready) > 0 && b == nil {
+		b = c.ready[0]
+		c.ready = c.ready[1:]
+		if b.dead() {
+			p.r.removeLater(b.id)
+			b.hj.Close()
+			b = nil
+		}
+	}
+	p.refillLocked(c)
+	return b
+}
+
+// class returns the class for prof, draining it first when the profile
+// version or the image changed.
+func (p *pool) class(prof *profiles.Exec, imageID string) *poolClass {
+	c := p.classes[prof.Name]
+	if c == nil {
+		c = &poolClass{profile: prof, imageID: imageID}
+		p.classes[prof.Name] = c
+	}
+	if c.profile.Version != prof.Version || c.imageID != imageID {
+		for _, b := range c.ready {
+			b.hj.Close()
+			p.r.removeLater(b.id)
+		}
+		c.ready = nil
+		c.profile, c.imageID = prof, imageID
+	}
+	return c
+}
+
+func (p *pool) fill(prof *profiles.Exec, imageID string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed {
+		return
+	}
+	p.refillLocked(p.class(prof, imageID))
+}
+
+// refillLocked starts one filler when the class is below its target; the
+// filler starts boxes one at a time until the target is met, so refilling
+// never takes more than one engine call's worth of CPU from running jobs.
+func (p *pool) refillLocked(c *poolClass) {
+	if p.closed || c.filling > 0 || len(c.ready) >= p.size {
+		return
+	}
+	c.filling = 1
+	p.wg.Add(1)
+	go p.filler(c)
+}
+
+func (p *pool) filler(c *poolClass) {
+	defer p.wg.Done()
+	for {
+		p.mu.Lock()
+		prof, imageID := c.profile, c.imageID
+		if p.closed || len(c.ready) >= p.size {
+			c.filling = 0
+			p.mu.Unlock()
+			return
+		}
+		backoff := time.Duration(0)
+		if c.failures > 0 {
+			backoff = min(time.Duration(c.failures)*500*time.Millisecond, 10*time.Second)
+		}
+		p.mu.Unlock()
+		if backoff > 0 {
+			time.Sleep(backoff)
+		}
+
+		id := NewExecID()
+		spec := &Spec{ID: id, Profile: prof, Limits: prof.Limits}
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		b, err := p.r.startBox(ctx, spec, imageID, "sandboxd-"+id)
+		cancel()
+
+		p.mu.Lock()
+		switch {
+		case err != nil:
+			c.failures++
+			p.r.log.Warn("starting a pooled sandbox failed", "profile", prof.Name, "err", err, "failures", c.failures)
+		case p.closed || c.profile.Version != prof.Version || c.imageID != imageID:
+			// Drained while starting: this box is already stale.
+			b.hj.Close()
+			p.r.removeLater(b.id)
+		default:
+			c.failures = 0
+			b.execID = id
+			b.watch()
+			c.ready = append(c.ready, b)
+		}
+		p.mu.Unlock()
+	}
+}
+
+// close removes every idle box and waits for the fillers.
+func (p *pool) close() {
+	p.mu.Lock()
+	p.closed = true
+	for _, c := range p.classes {
+		for _, b := range c.ready {
+			b.hj.Close()
+			p.r.removeLater(b.id)
+		}
+		c.ready = nil
+	}
+	p.mu.Unlock()
+	p.wg.Wait()
+}
+
+// watch notices a pooled box dying while it waits (engine restart, a kill
+// from outside): the launcher writes nothing before it has a job, so any
+// readable byte, EOF or error on the attach stream means the box is gone.
+// Peek does not consume: once the box has a job, the run reads the stream
+// from the start, after the peek has returned.
+func (b *box) watch() {
+	b.peeked = make(chan struct{})
+	go func() {
+		_, b.peekErr = b.hj.Reader.Peek(1)
+		close(b.peeked)
+	}()
+}
+
+// dead reports whether a watched, idle box's stream already ended.
+func (b *box) dead() bool {
+	select {
+	case <-b.peeked:
+		return true
+	default:
+		return false
+	}
+}
