@@ -33,7 +33,8 @@ func TestPoolServesEachContainerOnce(t *testing.T) {
 
 	seen := map[string]bool{}
 	for i := 0; i < 6; i++ {
-		spec := &Spec{ID: "ex_cold_id", Profile: p, Limits: p.Limits,
+		coldID := NewExecID()
+		spec := &Spec{ID: coldID, Profile: p, Limits: p.Limits,
 			Job: job("import socket; print(socket.gethostname(), open('/proc/self/cgroup').read().count('docker'))", 5000)}
 		res, err := r.Run(context.Background(), spec)
 		if err != nil {
@@ -46,7 +47,7 @@ func TestPoolServesEachContainerOnce(t *testing.T) {
 			t.Fatalf("exec id %s served twice", spec.ID)
 		}
 		seen[spec.ID] = true
-		if i == 0 && spec.ID == "ex_cold_id" {
+		if i == 0 && spec.ID == coldID {
 			t.Fatal("the first run did not use the warm pool")
 		}
 	}
