@@ -1,8 +1,13 @@
-// Command sandboxd-launcher runs inside every sandbox container. It reads one
-// job frame (see package jobproto) from stdin, writes the job's files under
-// /sandbox, runs Python with the job's stdin, streams its output back in
-// frames, kills everything the code left running when it ends, returns the
-// files under /sandbox/out and reports the exit status in a final frame.
+// Command sandboxd-launcher runs inside every sandbox container, as its init
+// (pid 1). It starts a Python interpreter that imports the profile's preload
+// modules and waits; then it reads one job frame (see package jobproto) from
+// stdin, writes the job's files under /sandbox, hands the code to the
+// waiting interpreter with the job's stdin and environment, streams its
+// output back in frames, kills everything the code left running when it
+// ends, returns the files under /sandbox/out and reports the exit status in
+// a final frame.
+//
+//	sandboxd-launcher [--preload module,module...]
 //
 // It is built static (CGO_ENABLED=0) and copied into the sandbox image.
 package main
@@ -20,9 +25,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"syscall"
-	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -95,6 +98,12 @@ func (f *frameWriter) json(typ byte, v any) error {
 }
 
 func run(out *frameWriter) jobproto.Exit {
+	// The interpreter starts (and imports the preload modules) before the
+	// job arrives: in a pooled sandbox that happens while it waits.
+	in, err := startInterp(preloadArgs(os.Args[1:]), out)
+	if err != nil {
+		return jobproto.Exit{ExitCode: -1, Error: err.Error()}
+	}
 	typ, payload, err := jobproto.ReadFrame(os.Stdin, jobproto.MaxFrame)
 	if err != nil {
 		return jobproto.Exit{ExitCode: -1, Error: "reading job: " + err.Error()}
@@ -110,7 +119,7 @@ func run(out *frameWriter) jobproto.Exit {
 	if err := prepare(&job); err != nil {
 		return jobproto.Exit{ExitCode: -1, Error: err.Error()}
 	}
-	exit := execute(&job, out)
+	exit := in.run(&job)
 	collect(&job, out)
 	return exit
 }
@@ -148,97 +157,6 @@ func writeNew(path string, content []byte) error {
 		return err
 	}
 	return f.Close()
-}
-
-func execute(job *jobproto.Job, out *frameWriter) jobproto.Exit {
-	stdinR, stdinW, err := os.Pipe()
-	if err != nil {
-		return jobproto.Exit{ExitCode: -1, Error: err.Error()}
-	}
-	stdoutR, stdoutW, err := os.Pipe()
-	if err != nil {
-		return jobproto.Exit{ExitCode: -1, Error: err.Error()}
-	}
-	stderrR, stderrW, err := os.Pipe()
-	if err != nil {
-		return jobproto.Exit{ExitCode: -1, Error: err.Error()}
-	}
-
-	env := os.Environ()
-	env = append(env, "PYTHONPATH="+jobproto.WorkDir)
-	for k, v := range job.Env {
-		env = append(env, k+"="+v)
-	}
-	oomBefore := oomKills()
-	start := time.Now()
-	// The child gets only the three pipes: nothing else of the launcher's
-	// (the report stream above all) is inherited.
-	proc, err := os.StartProcess(python, []string{"python3", jobproto.CodePath}, &os.ProcAttr{
-		Dir:   jobproto.WorkDir,
-		Env:   env,
-		Files: []*os.File{stdinR, stdoutW, stderrW},
-		Sys:   &syscall.SysProcAttr{Setpgid: true},
-	})
-	if err != nil {
-		return jobproto.Exit{ExitCode: -1, Error: "starting python: " + err.Error()}
-	}
-	pid := proc.Pid
-	stdinR.Close()
-	stdoutW.Close()
-	stderrW.Close()
-	// The code, not the launcher, should be the OOM killer's choice.
-	_ = os.WriteFile("/proc/"+strconv.Itoa(pid)+"/oom_score_adj", []byte("1000"), 0)
-	_ = out.frame(jobproto.TypeStarted, nil)
-
-	go func() {
-		_, _ = stdinW.Write(job.Stdin)
-		stdinW.Close()
-	}()
-	var pumps sync.WaitGroup
-	var outTrunc, errTrunc bool
-	pumps.Add(2)
-	go func() { defer pumps.Done(); outTrunc = pump(stdoutR, out, jobproto.TypeStdout, job.OutputBytes) }()
-	go func() { defer pumps.Done(); errTrunc = pump(stderrR, out, jobproto.TypeStderr, job.OutputBytes) }()
-
-	var timedOut atomic.Bool
-	timer := time.AfterFunc(time.Duration(job.TimeoutMS)*time.Millisecond, func() {
-		timedOut.Store(true)
-		killAll(pid)
-	})
-	ws, ru, err := reapUntil(pid)
-	timer.Stop()
-	dur := time.Since(start)
-	// Whatever the code left behind (daemons, children holding the output
-	// pipes) dies now, so the pipes reach EOF and /sandbox/out is stable.
-	killAll(pid)
-	reapAll()
-	pumps.Wait()
-
-	exit := jobproto.Exit{
-		DurationMS:      dur.Milliseconds(),
-		StdoutTruncated: outTrunc,
-		StderrTruncated: errTrunc,
-		TimedOut:        timedOut.Load(),
-	}
-	if err != nil {
-		exit.ExitCode = -1
-		exit.Error = "waiting for python: " + err.Error()
-		return exit
-	}
-	exit.UserCPUMS = ru.Utime.Sec*1000 + int64(ru.Utime.Usec)/1000
-	exit.SysCPUMS = ru.Stime.Sec*1000 + int64(ru.Stime.Usec)/1000
-	exit.MaxRSSKB = ru.Maxrss
-	switch {
-	case ws.Signaled():
-		exit.ExitCode = 128 + int(ws.Signal())
-		exit.Signal = unix.SignalName(ws.Signal())
-		if ws.Signal() == syscall.SIGKILL && !exit.TimedOut && oomKills() > oomBefore {
-			exit.OOM = true
-		}
-	default:
-		exit.ExitCode = ws.ExitStatus()
-	}
-	return exit
 }
 
 // reapUntil reaps children, adopted orphans included (the launcher is the
@@ -279,35 +197,6 @@ func reapAll() {
 func killAll(pgid int) {
 	_ = syscall.Kill(-pgid, syscall.SIGKILL)
 	_ = syscall.Kill(-1, syscall.SIGKILL)
-}
-
-// pump forwards r as frames of type typ, up to limit bytes; the rest is read
-// and dropped so the writer never blocks. It reports whether it dropped any.
-func pump(r *os.File, out *frameWriter, typ byte, limit int64) bool {
-	defer r.Close()
-	buf := make([]byte, jobproto.ChunkSize)
-	var sent int64
-	truncated := false
-	for {
-		n, err := r.Read(buf)
-		if n > 0 {
-			chunk := buf[:n]
-			if room := limit - sent; int64(len(chunk)) > room {
-				chunk = chunk[:max(room, 0)]
-				truncated = true
-			}
-			if len(chunk) > 0 {
-				if out.frame(typ, chunk) != nil {
-					// sandboxd went away; keep draining so the code is not blocked.
-					limit = sent
-				}
-				sent += int64(len(chunk))
-			}
-		}
-		if err != nil {
-			return truncated
-		}
-	}
 }
 
 // oomKills reads the container's memory cgroup OOM-kill counter (cgroup v2
