@@ -1,0 +1,373 @@
+package store
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"net/url"
+	"os"
+	"path/filepath"
+	"syscall"
+	"time"
+
+	_ "modernc.org/sqlite" // pure-Go SQLite driver, registered as "sqlite"
+)
+
+// FileName is the SQLite database's name in the data directory.
+const FileName = "sandboxd.db"
+
+// lockName is the file a serving process holds an exclusive lock on, so two
+// processes never serve one data directory (Recover relies on that).
+const lockName = "sandboxd.lock"
+
+// schemaVersion is stored in user_version; bump it with a migration.
+const schemaVersion = 1
+
+var schema = []string{
+	`CREATE TABLE IF NOT EXISTS settings (
+		name TEXT PRIMARY KEY,
+		value TEXT NOT NULL,
+		updated_at INTEGER NOT NULL)`,
+	`CREATE TABLE IF NOT EXISTS idempotency (
+		tenant TEXT NOT NULL,
+		key TEXT NOT NULL,
+		request_sha256 TEXT NOT NULL,
+		exec_id TEXT NOT NULL,
+		state TEXT NOT NULL,
+		owner TEXT NOT NULL,
+		status INTEGER NOT NULL DEFAULT 0,
+		body BLOB,
+		created_at INTEGER NOT NULL,
+		expires_at INTEGER NOT NULL,
+		PRIMARY KEY (tenant, key))`,
+	`CREATE INDEX IF NOT EXISTS idempotency_expires ON idempotency (expires_at)`,
+	`CREATE TABLE IF NOT EXISTS execs (
+		id TEXT PRIMARY KEY,
+		tenant TEXT NOT NULL,
+		key_id TEXT NOT NULL,
+		session TEXT NOT NULL,
+		state TEXT NOT NULL,
+		owner TEXT NOT NULL,
+		body BLOB,
+		created_at INTEGER NOT NULL,
+		updated_at INTEGER NOT NULL,
+		expires_at INTEGER NOT NULL)`,
+	`CREATE INDEX IF NOT EXISTS execs_expires ON execs (expires_at)`,
+	`CREATE TABLE IF NOT EXISTS usage (
+		scope TEXT NOT NULL,
+		tenant TEXT NOT NULL,
+		name TEXT NOT NULL,
+		execs INTEGER NOT NULL DEFAULT 0,
+		cpu_ms INTEGER NOT NULL DEFAULT 0,
+		wall_ms INTEGER NOT NULL DEFAULT 0,
+		fetch_bytes INTEGER NOT NULL DEFAULT 0,
+		updated_at INTEGER NOT NULL,
+		PRIMARY KEY (scope, tenant, name))`,
+	`CREATE INDEX IF NOT EXISTS usage_updated ON usage (updated_at)`,
+}
+
+// SQLite is the embedded Store: one database file, WAL mode.
+//
+// Writes use synchronous=NORMAL: a committed transaction is in the WAL file
+// before the call returns, so it survives the process being killed at any
+// point (SIGKILL, a crash, the OOM killer); only a power loss or kernel
+// crash may lose the last transactions. One connection serves every call,
+// so writers never meet SQLITE_BUSY inside the process.
+type SQLite struct {
+	db   *sql.DB
+	lock *os.File
+}
+
+// OpenSQLite opens (creating if needed) the store in dir, takes the data
+// directory's lock and brings the schema up to date. dir "" opens a private
+// in-memory database (for tests).
+func OpenSQLite(dir string) (*SQLite, error) {
+	s := &SQLite{}
+	dsn := "file::memory:"
+	if dir != "" {
+		lf, err := os.OpenFile(filepath.Join(dir, lockName), os.O_RDWR|os.O_CREATE, 0o600)
+		if err != nil {
+			return nil, fmt.Errorf("opening the data dir lock: %w", err)
+		}
+		if err := syscall.Flock(int(lf.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+			lf.Close()
+			return nil, fmt.Errorf("the data dir %s is in use by another sandboxd process (lock %s held): %w", dir, lockName, err)
+		}
+		s.lock = lf
+		dsn = "file:" + (&url.URL{Path: filepath.Join(dir, FileName)}).EscapedPath()
+	}
+	q := url.Values{}
+	for _, p := range []string{"journal_mode(WAL)", "synchronous(NORMAL)", "busy_timeout(10000)", "foreign_keys(1)"} {
+		q.Add("_pragma", p)
+	}
+	q.Set("_txlock", "immediate")
+	db, err := sql.Open("sqlite", dsn+"?"+q.Encode())
+	if err != nil {
+		s.unlock()
+		return nil, err
+	}
+	db.SetMaxOpenConns(1)
+	db.SetMaxIdleConns(1)
+	db.SetConnMaxLifetime(0)
+	db.SetConnMaxIdleTime(0)
+	s.db = db
+	if err := s.migrate(); err != nil {
+		s.Close()
+		return nil, fmt.Errorf("opening the store %s: %w", filepath.Join(dir, FileName), err)
+	}
+	return s, nil
+}
+
+func (s *SQLite) migrate() error {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	var v int
+	if err := s.db.QueryRowContext(ctx, `PRAGMA user_version`).Scan(&v); err != nil {
+		return err
+	}
+	if v > schemaVersion {
+		return fmt.Errorf("the database has schema version %d, newer than this sandboxd's %d", v, schemaVersion)
+	}
+	tx, err := s.db.BeginTx(ctx, nil)
+	if err != nil {
+		return err
+	}
+	defer tx.Rollback()
+	for _, stmt := range schema {
+		if _, err := tx.ExecContext(ctx, stmt); err != nil {
+			return fmt.Errorf("%w: %s", err, stmt)
+		}
+	}
+	if _, err := tx.ExecContext(ctx, fmt.Sprintf(`PRAGMA user_version = %d`, schemaVersion)); err != nil {
+		return err
+	}
+	return tx.Commit()
+}
+
+func (s *SQLite) unlock() {
+	if s.lock != nil {
+		_ = syscall.Flock(int(s.lock.Fd()), syscall.LOCK_UN)
+		s.lock.Close()
+		s.lock = nil
+	}
+}
+
+// Close closes the database and releases the data dir lock.
+func (s *SQLite) Close() error {
+	var err error
+	if s.db != nil {
+		err = s.db.Close()
+	}
+	s.unlock()
+	return err
+}
+
+func ms(t time.Time) int64 { return t.UnixMilli() }
+
+func fromMS(v int64) time.Time { return time.UnixMilli(v).UTC() }
+
+const idemCols = `tenant, key, request_sha256, exec_id, state, owner, status, body, created_at, expires_at`
+
+func scanIdem(row interface{ Scan(...any) error }) (*IdemRecord, error) {
+	r := &IdemRecord{}
+	var created, expires int64
+	if err := row.Scan(&r.Tenant, &r.Key, &r.RequestSHA256, &r.ExecID, &r.State, &r.Owner, &r.Status, &r.Body, &created, &expires); err != nil {
+		if errors.Is(err, sql.ErrNoRows) {
+			return nil, ErrNotFound
+		}
+		return nil, err
+	}
+	r.CreatedAt, r.ExpiresAt = fromMS(created), fromMS(expires)
+	return r, nil
+}
+
+// ClaimIdempotency implements Store.
+func (s *SQLite) ClaimIdempotency(ctx context.Context, rec *IdemRecord) (*IdemRecord, bool, error) {
+	tx, err := s.db.BeginTx(ctx, nil)
+	if err != nil {
+		return nil, false, err
+	}
+	defer tx.Rollback()
+	now := time.Now()
+	old, err := scanIdem(tx.QueryRowContext(ctx, `SELECT `+idemCols+` FROM idempotency WHERE tenant = ? AND key = ? AND expires_at > ?`,
+		rec.Tenant, rec.Key, ms(now)))
+	switch {
+	case err == nil:
+		return old, false, nil
+	case !errors.Is(err, ErrNotFound):
+		return nil, false, err
+	}
+	r := *rec
+	r.State = IdemInFlight
+	if r.CreatedAt.IsZero() {
+		r.CreatedAt = now
+	}
+	if _, err := tx.ExecContext(ctx, `INSERT OR REPLACE INTO idempotency (`+idemCols+`) VALUES (?, ?, ?, ?, ?, ?, 0, NULL, ?, ?)`,
+		r.Tenant, r.Key, r.RequestSHA256, r.ExecID, r.State, r.Owner, ms(r.CreatedAt), ms(r.ExpiresAt)); err != nil {
+		return nil, false, err
+	}
+	if err := tx.Commit(); err != nil {
+		return nil, false, err
+	}
+	return &r, true, nil
+}
+
+// CompleteIdempotency implements Store.
+func (s *SQLite) CompleteIdempotency(ctx context.Context, tenant, key string, status int, body []byte) error {
+	res, err := s.db.ExecContext(ctx, `UPDATE idempotency SET state = ?, status = ?, body = ? WHERE tenant = ? AND key = ? AND state = ?`,
+		IdemDone, status, body, tenant, key, IdemInFlight)
+	if err != nil {
+		return err
+	}
+	if n, _ := res.RowsAffected(); n == 0 {
+		return fmt.Errorf("completing idempotency key of tenant %s: %w (no in-flight record)", tenant, ErrNotFound)
+	}
+	return nil
+}
+
+// ReleaseIdempotency implements Store.
+func (s *SQLite) ReleaseIdempotency(ctx context.Context, tenant, key, owner string) error {
+	_, err := s.db.ExecContext(ctx, `DELETE FROM idempotency WHERE tenant = ? AND key = ? AND state = ? AND owner = ?`,
+		tenant, key, IdemInFlight, owner)
+	return err
+}
+
+// GetIdempotency implements Store.
+func (s *SQLite) GetIdempotency(ctx context.Context, tenant, key string) (*IdemRecord, error) {
+	return scanIdem(s.db.QueryRowContext(ctx, `SELECT `+idemCols+` FROM idempotency WHERE tenant = ? AND key = ? AND expires_at > ?`,
+		tenant, key, ms(time.Now())))
+}
+
+// PutExec implements Store.
+func (s *SQLite) PutExec(ctx context.Context, r *ExecRecord) error {
+	now := time.Now()
+	if r.CreatedAt.IsZero() {
+		r.CreatedAt = now
+	}
+	r.UpdatedAt = now
+	_, err := s.db.ExecContext(ctx, `INSERT OR REPLACE INTO execs (id, tenant, key_id, session, state, owner, body, created_at, updated_at, expires_at)
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+		r.ID, r.Tenant, r.KeyID, r.Session, r.State, r.Owner, r.Body, ms(r.CreatedAt), ms(r.UpdatedAt), ms(r.ExpiresAt))
+	return err
+}
+
+// GetExec implements Store.
+func (s *SQLite) GetExec(ctx context.Context, id string) (*ExecRecord, error) {
+	r := &ExecRecord{}
+	var created, updated, expires int64
+	err := s.db.QueryRowContext(ctx, `SELECT id, tenant, key_id, session, state, owner, body, created_at, updated_at, expires_at
+		FROM execs WHERE id = ? AND expires_at > ?`, id, ms(time.Now())).
+		Scan(&r.ID, &r.Tenant, &r.KeyID, &r.Session, &r.State, &r.Owner, &r.Body, &created, &updated, &expires)
+	if errors.Is(err, sql.ErrNoRows) {
+		return nil, ErrNotFound
+	}
+	if err != nil {
+		return nil, err
+	}
+	r.CreatedAt, r.UpdatedAt, r.ExpiresAt = fromMS(created), fromMS(updated), fromMS(expires)
+	return r, nil
+}
+
+// Usage implements Store.
+func (s *SQLite) Usage(ctx context.Context, scope, tenant, name string) (Usage, error) {
+	var u Usage
+	err := s.db.QueryRowContext(ctx, `SELECT execs, cpu_ms, wall_ms, fetch_bytes FROM usage WHERE scope = ? AND tenant = ? AND name = ?`,
+		scope, tenant, name).Scan(&u.Execs, &u.CPUMillis, &u.WallMillis, &u.FetchBytes)
+	if errors.Is(err, sql.ErrNoRows) {
+		return Usage{}, nil
+	}
+	return u, err
+}
+
+// AddUsage implements Store.
+func (s *SQLite) AddUsage(ctx context.Context, deltas ...UsageDelta) error {
+	if len(deltas) == 0 {
+		return nil
+	}
+	tx, err := s.db.BeginTx(ctx, nil)
+	if err != nil {
+		return err
+	}
+	defer tx.Rollback()
+	now := ms(time.Now())
+	for _, d := range deltas {
+		if _, err := tx.ExecContext(ctx, `INSERT INTO usage (scope, tenant, name, execs, cpu_ms, wall_ms, fetch_bytes, updated_at)
+			VALUES (?, ?, ?, ?, ?, ?, ?, ?)
+			ON CONFLICT (scope, tenant, name) DO UPDATE SET
+				execs = execs + excluded.execs, cpu_ms = cpu_ms + excluded.cpu_ms,
+				wall_ms = wall_ms + excluded.wall_ms, fetch_bytes = fetch_bytes + excluded.fetch_bytes,
+				updated_at = excluded.updated_at`,
+			d.Scope, d.Tenant, d.Name, d.Execs, d.CPUMillis, d.WallMillis, d.FetchBytes, now); err != nil {
+			return err
+		}
+	}
+	return tx.Commit()
+}
+
+// Setting implements Store.
+func (s *SQLite) Setting(ctx context.Context, name string) (string, bool, error) {
+	var v string
+	err := s.db.QueryRowContext(ctx, `SELECT value FROM settings WHERE name = ?`, name).Scan(&v)
+	if errors.Is(err, sql.ErrNoRows) {
+		return "", false, nil
+	}
+	if err != nil {
+		return "", false, err
+	}
+	return v, true, nil
+}
+
+// SetSetting implements Store.
+func (s *SQLite) SetSetting(ctx context.Context, name, value string) error {
+	_, err := s.db.ExecContext(ctx, `INSERT INTO settings (name, value, updated_at) VALUES (?, ?, ?)
+		ON CONFLICT (name) DO UPDATE SET value = excluded.value, updated_at = excluded.updated_at`, name, value, ms(time.Now()))
+	return err
+}
+
+// Recover implements Store.
+func (s *SQLite) Recover(ctx context.Context, owner string) (RecoverStats, error) {
+	var st RecoverStats
+	tx, err := s.db.BeginTx(ctx, nil)
+	if err != nil {
+		return st, err
+	}
+	defer tx.Rollback()
+	res, err := tx.ExecContext(ctx, `UPDATE idempotency SET state = ? WHERE state = ? AND owner <> ?`, IdemInterrupted, IdemInFlight, owner)
+	if err != nil {
+		return st, err
+	}
+	n, _ := res.RowsAffected()
+	st.Idempotency = int(n)
+	res, err = tx.ExecContext(ctx, `UPDATE execs SET state = ?, updated_at = ? WHERE state = ? AND owner <> ?`,
+		ExecInterrupted, ms(time.Now()), ExecQueued, owner)
+	if err != nil {
+		return st, err
+	}
+	n, _ = res.RowsAffected()
+	st.Execs = int(n)
+	return st, tx.Commit()
+}
+
+// Purge implements Store.
+func (s *SQLite) Purge(ctx context.Context, now, usageBefore time.Time) (int64, error) {
+	var total int64
+	for _, q := range []struct {
+		sql string
+		arg int64
+	}{
+		{`DELETE FROM idempotency WHERE expires_at <= ?`, ms(now)},
+		{`DELETE FROM execs WHERE expires_at <= ?`, ms(now)},
+		{`DELETE FROM usage WHERE updated_at < ?`, ms(usageBefore)},
+	} {
+		res, err := s.db.ExecContext(ctx, q.sql, q.arg)
+		if err != nil {
+			return total, err
+		}
+		n, _ := res.RowsAffected()
+		total += n
+	}
+	return total, nil
+}
+
+var _ Store = (*SQLite)(nil)
