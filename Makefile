@@ -5,10 +5,14 @@
 #   make run      image + build, then serve on $(ADDR)
 #   make test     image + build, then go vet and the race-enabled test suite
 #   make docker   service image sandboxd/sandboxd:dev (top-level Dockerfile)
+#   make gvisor   install gVisor (runsc) and register it with the engine, for
+#                 profiles with runtime: runsc (see scripts/gvisor.sh)
+#   make bench    latency and throughput benchmark -> bench/RESULTS.md
 #   make clean    remove bin/
 #
 # Variables: GO, IMAGE, BASE (for `make docker`), DOCKER_IMAGE, ADDR, KEYS_FILE,
-# FORCE=1 (rebuild the sandbox image even if its recipe is unchanged).
+# FORCE=1 (rebuild the sandbox image even if its recipe is unchanged),
+# GVISOR_PLATFORM (ptrace or kvm, for `make gvisor`), DOCKER_DAEMON_JSON.
 
 GO ?= go
 IMAGE ?= sandboxd/python:3.11
@@ -22,6 +26,8 @@ DATA_DIR ?= ./data
 PROFILES_DIR ?= ./profiles
 KEYS_FILE ?=
 FORCE ?=
+GVISOR_PLATFORM ?= ptrace
+DOCKER_DAEMON_JSON ?= /etc/docker/daemon.json
 
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 
@@ -35,7 +41,7 @@ LAUNCHER_LDFLAGS := -s -w -buildid=
 # The classic builder is what works without the buildx plugin (engine 20.10).
 DOCKER_BUILDKIT ?= $(shell docker buildx version >/dev/null 2>&1 && echo 1 || echo 0)
 
-.PHONY: all help image launcher build sandboxd run test vet docker clean fmt-check
+.PHONY: all help image launcher build sandboxd run test vet docker gvisor clean fmt-check bench
 
 all: build
 
@@ -54,6 +60,11 @@ build: sandboxd launcher
 
 image: launcher
 	IMAGE='$(IMAGE)' BASE_REPO='$(BASE_REPO)' LAUNCHER='$(CURDIR)/$(LAUNCHER)' FORCE='$(FORCE)' bash images/build.sh
+
+# Idempotent: installs runsc only when missing, and edits daemon.json and
+# reloads the engine only when the runsc entry is not as wanted.
+gvisor:
+	IMAGE='$(IMAGE)' GVISOR_PLATFORM='$(GVISOR_PLATFORM)' DOCKER_DAEMON_JSON='$(DOCKER_DAEMON_JSON)' bash scripts/gvisor.sh
 
 run: image build
 	mkdir -p $(DATA_DIR)
@@ -74,6 +85,11 @@ docker: sandboxd $(if $(filter $(BASE_REPO):%,$(BASE)),image)
 fmt-check:
 	@out="$$(find . -name '*.go' -not -path './.git/*' -not -path './bin/*' -not -path './data/*' -exec gofmt -l {} +)"; \
 	if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
+
+# Latency and throughput side by side with docker run --rm and host python3;
+# writes bench/RESULTS.md. Minutes long: not part of make test.
+bench: image build
+	$(GO) run ./bench -out bench/RESULTS.md $(BENCH_FLAGS)
 
 clean:
 	rm -rf $(BIN)

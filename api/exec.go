@@ -139,7 +139,7 @@ func (s *Server) exec(c echo.Context) error {
 	if err != nil {
 		log.Error("run failed", "err", err)
 		switch {
-		case errors.Is(err, runner.ErrImageMissing):
+		case errors.Is(err, runner.ErrImageMissing), errors.Is(err, runner.ErrRuntimeMissing):
 			return &Error{Status: http.StatusServiceUnavailable, Code: CodeUnavailable, Message: err.Error()}
 		case errors.Is(err, runner.ErrEngine):
 			return &Error{Status: http.StatusServiceUnavailable, Code: CodeUnavailable, Message: "the container engine failed to run the sandbox; retry later"}

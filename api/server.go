@@ -11,6 +11,8 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -206,9 +208,18 @@ func (s *Server) healthz(c echo.Context) error {
 
 // ReadyCheck is one readiness check's outcome.
 type ReadyCheck struct {
-	Name  string `json:"name"`
-	OK    bool   `json:"ok"`
-	Error string `json:"error,omitempty"`
+	Name string `json:"name"`
+	OK   bool   `json:"ok"`
+	// Optional checks do not make the service unready when they fail: only
+	// the profiles that need them are refused (see runtimeChecks).
+	Optional bool   `json:"optional,omitempty"`
+	Error    string `json:"error,omitempty"`
+}
+
+// runtimeLister is implemented by engines that can say which OCI runtimes
+// they offer (*runner.Runner does).
+type runtimeLister interface {
+	Runtimes(ctx context.Context) ([]string, error)
 }
 
 func (s *Server) readyz(c echo.Context) error {
@@ -222,6 +233,7 @@ func (s *Server) readyz(c echo.Context) error {
 		}
 		checks = append(checks, ch)
 	}
+	var unavailable []string
 	engineErr := s.cfg.Engine.Ping(ctx)
 	add("engine", engineErr)
 	if engineErr == nil {
@@ -235,15 +247,62 @@ func (s *Server) readyz(c echo.Context) error {
 			_, err := s.cfg.Engine.ImageID(ctx, p.Image)
 			add("image "+p.Image, err)
 		}
+		var rc []ReadyCheck
+		rc, unavailable = s.runtimeChecks(ctx)
+		checks = append(checks, rc...)
 	}
 	add("data_dir", checkWritable(s.cfg.DataDir))
 	status, code := "ready", http.StatusOK
 	for _, ch := range checks {
-		if !ch.OK {
+		if !ch.OK && !ch.Optional {
 			status, code = "not ready", http.StatusServiceUnavailable
 		}
 	}
-	return c.JSON(code, map[string]any{"status": status, "checks": checks})
+	body := map[string]any{"status": status, "checks": checks}
+	if len(unavailable) > 0 {
+		body["unavailable_profiles"] = unavailable
+	}
+	return c.JSON(code, body)
+}
+
+// runtimeChecks checks that the engine offers each OCI runtime a profile
+// names ("runtime runc", "runtime runsc"). A runtime the default profile
+// needs is required: without it the service cannot serve plain requests. Any
+// other is optional: when it is missing, readyz stays 200 and lists the
+// profiles that need it as unavailable, and their execs answer 503
+// UNAVAILABLE (so a host without gVisor still serves the default profile).
+func (s *Server) runtimeChecks(ctx context.Context) (checks []ReadyCheck, unavailable []string) {
+	lister, ok := s.cfg.Engine.(runtimeLister)
+	if !ok {
+		return nil, nil
+	}
+	users := map[string][]string{} // runtime -> profile names
+	var order []string
+	for _, name := range s.cfg.Profiles.Names() {
+		rt := s.cfg.Profiles.Exec[name].Runtime
+		if users[rt] == nil {
+			order = append(order, rt)
+		}
+		users[rt] = append(users[rt], name)
+	}
+	have, listErr := lister.Runtimes(ctx)
+	for _, rt := range order {
+		ch := ReadyCheck{Name: "runtime " + rt, OK: listErr == nil && slices.Contains(have, rt)}
+		ch.Optional = !slices.Contains(users[rt], profiles.DefaultName)
+		switch {
+		case listErr != nil:
+			ch.Error = fmt.Sprintf("listing the engine's runtimes: %v", listErr)
+		case !ch.OK:
+			ch.Error = fmt.Sprintf("the engine does not offer the runtime %q (engine runtimes: %s), so execs with profile %s answer 503 UNAVAILABLE; to fix it, %s",
+				rt, strings.Join(slices.Sorted(slices.Values(have)), ", "), strings.Join(users[rt], ", "), runner.RuntimeHint(rt))
+		}
+		if !ch.OK {
+			unavailable = append(unavailable, users[rt]...)
+		}
+		checks = append(checks, ch)
+	}
+	slices.Sort(unavailable)
+	return checks, unavailable
 }
 
 func checkWritable(dir string) error {

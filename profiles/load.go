@@ -158,6 +158,9 @@ func parseExec(file string, data []byte, seccomp seccompSource) (*Exec, error) {
 			return nil, d.errf(d.lines["seccomp"], "cannot read seccomp file %q: %v", e.Seccomp, unwrapPath(err))
 		}
 	}
+	if e.Runtime == RuntimeRunc && seccompAllowsClone3(sc) {
+		return nil, d.errf(d.lines["seccomp"], "seccomp file %q allows clone3, whose flags seccomp cannot check; under runtime runc that lets the code create namespaces. Use it only with runtime: runsc (gVisor), or deny clone3 with \"errnoRet\": 38 as default.json does", e.Seccomp)
+	}
 	e.SeccompJSON = sc
 	e.Source = file
 	e.Version = version(&e)

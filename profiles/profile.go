@@ -34,7 +34,8 @@ type Exec struct {
 	Description string `yaml:"description"`
 	// Image is the sandbox image reference, e.g. sandboxd/python:3.11.
 	Image string `yaml:"image"`
-	// Runtime is the OCI runtime: "runc" now; "runsc" comes with hardening.
+	// Runtime is the OCI runtime the engine runs the container with: "runc"
+	// or "runsc" (gVisor), see Runtimes. Never empty after loading.
 	Runtime string `yaml:"runtime"`
 	// User is the uid:gid the code runs as; never 0.
 	User string `yaml:"user"`

@@ -75,8 +75,8 @@ func TestLoadShippedProfiles(t *testing.T) {
 	if err != nil {
 		t.Fatalf("shipped profiles do not load: %v", err)
 	}
-	if got := set.Names(); !reflect.DeepEqual(got, []string{"default"}) {
-		t.Fatalf("Names() = %v, want [default]", got)
+	if got := set.Names(); !reflect.DeepEqual(got, []string{"default", "strict"}) {
+		t.Fatalf("Names() = %v, want [default strict]", got)
 	}
 	e := set.Exec["default"]
 	want := builtinDefaults
@@ -108,14 +108,53 @@ func TestLoadShippedProfiles(t *testing.T) {
 	}
 }
 
-// TestShippedDefaultStatesEveryValue checks that default.yaml sets every
-// key explicitly and explains each one with a comment.
-func TestShippedDefaultStatesEveryValue(t *testing.T) {
-	data, err := os.ReadFile("exec/default.yaml")
+// TestShippedStrictProfile checks that strict.yaml runs under gVisor and is
+// at least as tight as default.yaml everywhere.
+func TestShippedStrictProfile(t *testing.T) {
+	set, err := Load(".")
 	if err != nil {
 		t.Fatal(err)
 	}
-	root, err := parseDocument("exec/default.yaml", data)
+	s, d := set.Exec["strict"], set.Exec["default"]
+	if s == nil {
+		t.Fatal("no strict profile")
+	}
+	if s.Runtime != RuntimeRunsc {
+		t.Errorf("strict runtime = %q, want runsc", s.Runtime)
+	}
+	if s.Limits.MemoryMB != 128 || s.Limits.CPUs != 0.5 || s.Limits.TimeoutMS != 5000 {
+		t.Errorf("strict limits = %+v, want 128 MiB, 0.5 CPU, 5000 ms", s.Limits)
+	}
+	if s.User != d.User || s.Egress != "none" || s.Image != d.Image {
+		t.Errorf("strict user/egress/image = %s/%s/%s, want those of default", s.User, s.Egress, s.Image)
+	}
+	if s.Seccomp != "gvisor.json" {
+		t.Errorf("strict seccomp = %s, want gvisor.json (default.json's clone3 rule stops threads under runsc)", s.Seccomp)
+	}
+	if s.Limits.CPUs > d.Limits.CPUs {
+		t.Errorf("strict limits.cpus %g is above default's %g", s.Limits.CPUs, d.Limits.CPUs)
+	}
+	for _, r := range intRules {
+		if sv, dv := r.get(s), r.get(d); sv > dv {
+			t.Errorf("strict %s = %d is above default's %d", r.path, sv, dv)
+		}
+	}
+}
+
+// TestShippedProfilesStateEveryValue checks that the shipped profiles set
+// every key explicitly and explain each one with a comment.
+func TestShippedProfilesStateEveryValue(t *testing.T) {
+	for _, f := range []string{"exec/default.yaml", "exec/strict.yaml"} {
+		t.Run(f, func(t *testing.T) { statesEveryValue(t, f) })
+	}
+}
+
+func statesEveryValue(t *testing.T, file string) {
+	data, err := os.ReadFile(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	root, err := parseDocument(file, data)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -131,14 +170,14 @@ func TestShippedDefaultStatesEveryValue(t *testing.T) {
 				continue
 			}
 			if strings.TrimSpace(k.HeadComment+k.LineComment+v.LineComment) == "" {
-				t.Errorf("exec/default.yaml:%d: %s has no comment explaining it", k.Line, path)
+				t.Errorf("%s:%d: %s has no comment explaining it", file, k.Line, path)
 			}
 		}
 	}
 	walk(root, "")
 	for _, path := range yamlLeafPaths(reflect.TypeFor[Exec](), "") {
 		if !seen[path] {
-			t.Errorf("exec/default.yaml does not state %s", path)
+			t.Errorf("%s does not state %s", file, path)
 		}
 	}
 }
@@ -321,7 +360,9 @@ func TestProfileErrors(t *testing.T) {
 		{"missing image", "name: default\nseccomp: default.json\n", 0, []string{"image is required"}},
 		{"blank image", "name: default\nimage: \" \"\nseccomp: default.json\n", 2, []string{"image is required"}},
 		{"image with space", "name: default\nimage: a b\nseccomp: default.json\n", 2, []string{`image "a b" contains spaces`}},
-		{"runtime runsc", minimal + "runtime: runsc\n", 4, []string{`runtime "runsc" is not supported`, "only allowed runtime is runc"}},
+		{"runtime kata", minimal + "runtime: kata\n", 4, []string{`runtime "kata" is not supported`, "allowed: runc", "or runsc (gVisor", "make gvisor"}},
+		{"runtime default", minimal + "runtime: default\n", 4, []string{`runtime "default" is not supported`}},
+		{"runtime upper case", minimal + "runtime: RUNSC\n", 4, []string{`runtime "RUNSC" is not supported`}},
 		{"user root", minimal + "user: \"0:0\"\n", 4, []string{`user "0:0" is not allowed`, "uid must be between 1 and 4294967294"}},
 		{"user gid 0", minimal + "user: \"65534:0\"\n", 4, []string{"gid must be between 1"}},
 		{"user uid -1", minimal + "user: \"4294967295:1\"\n", 4, []string{"uid must be between 1 and 4294967294"}},
@@ -683,4 +724,44 @@ func FuzzLoadExec(f *testing.F) {
 			t.Fatalf("accepted profile fails validation: %v", err)
 		}
 	})
+}
+
+func TestRuntimes(t *testing.T) {
+	for _, rt := range []string{"runc", "runsc"} {
+		e, err := loadOne(t, minimal+"runtime: "+rt+"\n")
+		if err != nil {
+			t.Fatalf("runtime %s: %v", rt, err)
+		}
+		if e.Runtime != rt {
+			t.Errorf("runtime %s loaded as %q", rt, e.Runtime)
+		}
+	}
+	a, _ := loadOne(t, minimal+"runtime: runc\n")
+	b, _ := loadOne(t, minimal+"runtime: runsc\n")
+	if a.Version == b.Version {
+		t.Error("the runtime does not change the profile version")
+	}
+}
+
+// A filter that allows clone3 (gvisor.json) is refused under runc, where the
+// code could create namespaces with it, and accepted under runsc.
+func TestClone3OnlyUnderRunsc(t *testing.T) {
+	gv, err := os.ReadFile("seccomp/gvisor.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, rt := range []string{"runc", "runsc"} {
+		dir := writeTree(t, map[string]string{
+			"exec/default.yaml":   "name: default\nimage: x\nruntime: " + rt + "\nseccomp: gvisor.json\n",
+			"seccomp/gvisor.json": string(gv),
+		})
+		_, err := Load(dir)
+		if rt == "runsc" {
+			if err != nil {
+				t.Errorf("gvisor.json under runsc: %v", err)
+			}
+			continue
+		}
+		wantErr(t, err, filepath.Join(dir, "exec", "default.yaml"), 4, `seccomp file "gvisor.json" allows clone3`, "runtime: runsc", "errnoRet")
+	}
 }

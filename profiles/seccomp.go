@@ -213,3 +213,32 @@ func lineOfKey(data []byte, key string) int {
 	}
 	return 0
 }
+
+// CheckSeccomp validates the content of a seccomp profile file the way Load
+// does (strict fields, a default action that denies, known actions and
+// argument ops), for `sandboxd seccomp check`. file names it in the error,
+// which is an *Error.
+func CheckSeccomp(file string, data []byte) error {
+	return checkSeccomp(file, data)
+}
+
+// seccompAllowsClone3 reports whether a (checked) seccomp file lets clone3
+// through. clone3 passes its flags in memory, which seccomp cannot read, so
+// under runc an allowed clone3 lets the code create namespaces (a user
+// namespace, then the rest) however clone's flags are filtered. Under runsc
+// the call reaches gVisor's kernel instead (see seccomp/gvisor.json).
+func seccompAllowsClone3(data []byte) bool {
+	var p seccompProfile
+	if err := json.Unmarshal(data, &p); err != nil {
+		return false // checkSeccomp has refused it already
+	}
+	for _, s := range p.Syscalls {
+		if s.Action != "SCMP_ACT_ALLOW" && s.Action != "SCMP_ACT_LOG" {
+			continue
+		}
+		if s.Name == "clone3" || slices.Contains(s.Names, "clone3") {
+			return true
+		}
+	}
+	return false
+}

@@ -160,38 +160,120 @@ func marshalSeccomp(t testing.TB, p *mobyseccomp.Seccomp) []byte {
 	return append(b, '\n')
 }
 
-func TestDefaultSeccompUpToDate(t *testing.T) {
-	want := marshalSeccomp(t, buildDefaultSeccomp(t))
-	if *update {
-		if err := os.WriteFile(defaultSeccompFile, want, 0o644); err != nil {
-			t.Fatal(err)
+// gvisorSeccompFile is default.json for profiles with runtime runsc. The one
+// difference: clone3 is allowed. gVisor's OCI seccomp support (runsc
+// --oci-seccomp, as of the 20221219 release Debian ships) ignores errnoRet
+// and denies with EPERM, so default.json's "clone3 -> ENOSYS" rule becomes
+// EPERM, glibc does not fall back to clone, and the code cannot start a
+// single thread. Allowed, clone3 reaches gVisor's kernel, which does not
+// implement it (ENOSYS, so glibc falls back to the filtered clone); the host
+// kernel never sees it. The loader refuses this file for runtime runc (see
+// seccompAllowsClone3), where clone3 would let the code create namespaces.
+const gvisorSeccompFile = "seccomp/gvisor.json"
+
+// buildGvisorSeccomp derives gvisor.json from the default profile.
+func buildGvisorSeccomp(t testing.TB) *mobyseccomp.Seccomp {
+	t.Helper()
+	p := buildDefaultSeccomp(t)
+	n := 0
+	for _, r := range p.Syscalls {
+		if slices.Equal(r.Names, []string{"clone3"}) {
+			r.Action = specs.ActAllow
+			r.ErrnoRet = nil
+			r.Comment = "runsc only: gVisor ignores errnoRet (EPERM would stop glibc from falling back to clone); gVisor's own kernel answers clone3 with ENOSYS, the host kernel never sees it"
+			n++
 		}
 	}
-	got, err := os.ReadFile(defaultSeccompFile)
+	if n != 1 {
+		t.Fatalf("the default profile has %d clone3 rules, want 1", n)
+	}
+	return p
+}
+
+func TestDefaultSeccompUpToDate(t *testing.T) {
+	for file, build := range map[string]func(testing.TB) *mobyseccomp.Seccomp{
+		defaultSeccompFile: buildDefaultSeccomp,
+		gvisorSeccompFile:  buildGvisorSeccomp,
+	} {
+		want := marshalSeccomp(t, build(t))
+		if *update {
+			if err := os.WriteFile(file, want, 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}
+		got, err := os.ReadFile(file)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(got, want) {
+			t.Errorf("%s differs from what the generator in this file builds; change the generator, not the JSON, and run: go test ./profiles -run TestDefaultSeccompUpToDate -update", file)
+		}
+	}
+}
+
+// TestGvisorSeccompDiffersOnlyInClone3 holds whoever wrote the files.
+func TestGvisorSeccompDiffersOnlyInClone3(t *testing.T) {
+	def := loadSeccompFile(t, defaultSeccompFile)
+	gv := loadSeccompFile(t, gvisorSeccompFile)
+	if len(def.Syscalls) != len(gv.Syscalls) || def.DefaultAction != gv.DefaultAction {
+		t.Fatalf("%s and %s differ in shape", defaultSeccompFile, gvisorSeccompFile)
+	}
+	for i := range def.Syscalls {
+		d, g := *def.Syscalls[i], *gv.Syscalls[i]
+		if slices.Equal(d.Names, []string{"clone3"}) {
+			if g.Action != specs.ActAllow || !slices.Equal(g.Names, d.Names) || len(g.Args) != 0 {
+				t.Errorf("gvisor.json clone3 rule %+v, want clone3 allowed", g)
+			}
+			continue
+		}
+		if !bytes.Equal(marshalJSON(t, d), marshalJSON(t, g)) {
+			t.Errorf("syscalls[%d] differs between %s and %s", i, defaultSeccompFile, gvisorSeccompFile)
+		}
+	}
+	if !seccompAllowsClone3(mustRead(t, gvisorSeccompFile)) || seccompAllowsClone3(mustRead(t, defaultSeccompFile)) {
+		t.Error("seccompAllowsClone3 does not tell gvisor.json from default.json")
+	}
+}
+
+func marshalJSON(t *testing.T, v any) []byte {
+	t.Helper()
+	b, err := json.Marshal(v)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !bytes.Equal(got, want) {
-		t.Fatalf("%s differs from what the generator in this file builds; change the generator, not the JSON, and run: go test ./profiles -run TestDefaultSeccompUpToDate -update", defaultSeccompFile)
+	return b
+}
+
+func mustRead(t *testing.T, file string) []byte {
+	t.Helper()
+	b, err := os.ReadFile(file)
+	if err != nil {
+		t.Fatal(err)
 	}
+	return b
 }
 
 // loadDefaultSeccomp parses the shipped file (not the generator's output),
 // so these tests hold whoever wrote the file.
 func loadDefaultSeccomp(t *testing.T) *mobyseccomp.Seccomp {
 	t.Helper()
-	data, err := os.ReadFile(defaultSeccompFile)
+	return loadSeccompFile(t, defaultSeccompFile)
+}
+
+func loadSeccompFile(t *testing.T, file string) *mobyseccomp.Seccomp {
+	t.Helper()
+	data, err := os.ReadFile(file)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := checkSeccomp(defaultSeccompFile, data); err != nil {
+	if err := checkSeccomp(file, data); err != nil {
 		t.Fatalf("shipped profile fails our own seccomp check: %v", err)
 	}
 	var p mobyseccomp.Seccomp
 	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&p); err != nil {
-		t.Fatalf("parse %s: %v", defaultSeccompFile, err)
+		t.Fatalf("parse %s: %v", file, err)
 	}
 	return &p
 }

@@ -3,6 +3,7 @@ package profiles
 import (
 	"fmt"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 )
@@ -12,10 +13,25 @@ const (
 	mib = int64(1) << 20
 )
 
+// The OCI runtimes an exec profile may name. There is no fallback between
+// them: a profile that names runsc runs under gVisor or not at all.
+const (
+	// RuntimeRunc is the engine's default runtime: namespaces, cgroups,
+	// seccomp, with the host kernel serving every syscall.
+	RuntimeRunc = "runc"
+	// RuntimeRunsc is gVisor: the code's syscalls are served by a user-space
+	// kernel (the Sentry), which itself uses a small set of host syscalls.
+	// It must be registered with the engine under this name (make gvisor).
+	RuntimeRunsc = "runsc"
+)
+
+// Runtimes lists the allowed values of the runtime field.
+var Runtimes = []string{RuntimeRunc, RuntimeRunsc}
+
 // Values that an omitted field takes. The shipped default.yaml states every
 // one of them explicitly; these only fill in for shorter custom profiles.
 const (
-	DefaultRuntime = "runc"
+	DefaultRuntime = RuntimeRunc
 	DefaultUser    = "65534:65534"
 	DefaultEgress  = "none"
 )
@@ -119,8 +135,8 @@ func validate(e *Exec, d *decoder, fileName string) error {
 		return d.errf(line("image"), "image %q contains spaces or control characters; set an image reference such as sandboxd/python:3.11", e.Image)
 	}
 
-	if e.Runtime != "runc" {
-		return d.errf(line("runtime"), "runtime %q is not supported; the only allowed runtime is runc", e.Runtime)
+	if !slices.Contains(Runtimes, e.Runtime) {
+		return d.errf(line("runtime"), "runtime %q is not supported; allowed: runc (Linux namespaces and cgroups) or runsc (gVisor: a user-space kernel in front of the host's; install it with `make gvisor`)", e.Runtime)
 	}
 
 	if err := validateUser(e.User); err != "" {

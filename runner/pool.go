@@ -20,7 +20,8 @@ import (
 // profile or a rebuilt image drains the old boxes.
 type pool struct {
 	r    *Runner
-	size int
+	size int // the least target per profile
+	max  int // the most
 
 	mu      sync.Mutex
 	cond    *sync.Cond
@@ -36,12 +37,45 @@ type poolClass struct {
 	filling int
 	// failures counts box starts that failed in a row, for back-off.
 	failures int
+	// takes are the times of recent takes, for sizing the pool from
+	// traffic; startTime is a moving average of how long a box takes to
+	// start.
+	takes     []time.Time
+	startTime time.Duration
+	// arrived is closed and replaced whenever a box becomes ready.
+	arrived chan struct{}
 }
 
-func newPool(r *Runner, size int) *pool {
-	p := &pool{r: r, size: size, classes: map[string]*poolClass{}}
+// Pool sizing.
+const (
+	// maxFillers is how many boxes of one profile start at once: on a
+	// small machine more would take CPU from the jobs that are running.
+	maxFillers = 2
+	// rateWindow is the span over which takes are counted to size the pool.
+	rateWindow = 10 * time.Second
+	// maxInflightWait bounds how long a request waits for a box that is
+	// already starting before it starts a cold one itself.
+	maxInflightWait = 500 * time.Millisecond
+)
+
+func newPool(r *Runner, size, most int) *pool {
+	p := &pool{r: r, size: size, max: max(size, most), classes: map[string]*poolClass{}}
 	p.cond = sync.NewCond(&p.mu)
 	return p
+}
+
+// target is the number of ready boxes a class aims for: the configured
+// size, plus what the recent take rate consumes while a box starts (with
+// half again as headroom), at most p.max.
+func (p *pool) target(c *poolClass, now time.Time) int {
+	i := 0
+	for i < len(c.takes) && now.Sub(c.takes[i]) > rateWindow {
+		i++
+	}
+	c.takes = c.takes[i:]
+	perSec := float64(len(c.takes)) / rateWindow.Seconds()
+	want := p.size + int(perSec*c.startTime.Seconds()*1.5+0.999)
+	return min(want, p.max)
 }
 
 // NewExecID returns a new exec id: "ex_" and 32 hex digits.
@@ -51,11 +85,12 @@ func NewExecID() string {
 	return "ex_" + hex.EncodeToString(b[:])
 }
 
-// EnablePool makes the runner keep size started containers per profile
-// ready; 0 turns pooling off. Call it before Warm and Run.
-func (r *Runner) EnablePool(size int) {
+// EnablePool makes the runner keep at least size started containers per
+// profile ready, and up to max when traffic needs them; size 0 turns
+// pooling off. Call it before Warm and Run.
+func (r *Runner) EnablePool(size, most int) {
 	if size > 0 {
-		r.pool = newPool(r, size)
+		r.pool = newPool(r, size, most)
 	}
 }
 
@@ -96,27 +131,51 @@ func poolable(spec *Spec) bool {
 	return spec.Limits.TmpfsMB == spec.Profile.Limits.TmpfsMB
 }
 
-// take returns a ready box for the profile and image, or nil. Boxes of an
-// older profile version or image are drained.
-func (p *pool) take(prof *profiles.Exec, imageID string) *box {
+// take returns a ready box for the profile and image, or nil. When none is
+// ready but one is starting, it waits for it a little (it started before
+// a cold one would). Boxes of an older profile version or image are
+// drained.
+func (p *pool) take(ctx context.Context, prof *profiles.Exec, imageID string) *box {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.closed {
 		return nil
 	}
 	c := p.class(prof, imageID)
-	var b *box
-	for len(c.ready) > 0 && b == nil {
-		b = c.ready[0]
-		c.ready = c.ready[1:]
-		if b.dead() {
+	c.takes = append(c.takes, time.Now())
+	wait := time.NewTimer(min(max(c.startTime, 100*time.Millisecond), maxInflightWait))
+	defer wait.Stop()
+	for {
+		for len(c.ready) > 0 {
+			b := c.ready[0]
+			c.ready = c.ready[1:]
+			if !b.dead() {
+				p.refillLocked(c)
+				return b
+			}
 			p.r.removeLater(b.id)
 			b.hj.Close()
-			b = nil
+		}
+		p.refillLocked(c)
+		if c.filling == 0 || p.closed {
+			return nil
+		}
+		arrived := c.arrived
+		p.mu.Unlock()
+		select {
+		case <-arrived:
+			p.mu.Lock()
+		case <-wait.C:
+			p.mu.Lock()
+			return nil
+		case <-ctx.Done():
+			p.mu.Lock()
+			return nil
+		}
+		if p.closed || c.profile.Version != prof.Version || c.imageID != imageID {
+			return nil
 		}
 	}
-	p.refillLocked(c)
-	return b
 }
 
 // class returns the class for prof, draining it first when the profile
@@ -124,7 +183,7 @@ func (p *pool) take(prof *profiles.Exec, imageID string) *box {
 func (p *pool) class(prof *profiles.Exec, imageID string) *poolClass {
 	c := p.classes[prof.Name]
 	if c == nil {
-		c = &poolClass{profile: prof, imageID: imageID}
+		c = &poolClass{profile: prof, imageID: imageID, arrived: make(chan struct{})}
 		p.classes[prof.Name] = c
 	}
 	if c.profile.Version != prof.Version || c.imageID != imageID {
@@ -147,60 +206,63 @@ func (p *pool) fill(prof *profiles.Exec, imageID string) {
 	p.refillLocked(p.class(prof, imageID))
 }
 
-// refillLocked starts one filler when the class is below its target; the
-// filler starts boxes one at a time until the target is met, so refilling
-// never takes more than one engine call's worth of CPU from running jobs.
+// refillLocked starts fillers, at most maxFillers at once, while the class
+// is below its target (counting the boxes already starting).
 func (p *pool) refillLocked(c *poolClass) {
-	if p.closed || c.filling > 0 || len(c.ready) >= p.size {
-		return
+	for !p.closed && c.filling < maxFillers && len(c.ready)+c.filling < p.target(c, time.Now()) {
+		c.filling++
+		p.wg.Add(1)
+		go p.filler(c)
 	}
-	c.filling = 1
-	p.wg.Add(1)
-	go p.filler(c)
 }
 
+// filler starts one box and files it as ready.
 func (p *pool) filler(c *poolClass) {
 	defer p.wg.Done()
-	for {
-		p.mu.Lock()
-		prof, imageID := c.profile, c.imageID
-		if p.closed || len(c.ready) >= p.size {
-			c.filling = 0
-			p.mu.Unlock()
-			return
-		}
-		backoff := time.Duration(0)
-		if c.failures > 0 {
-			backoff = min(time.Duration(c.failures)*500*time.Millisecond, 10*time.Second)
-		}
-		p.mu.Unlock()
-		if backoff > 0 {
-			time.Sleep(backoff)
-		}
-
-		id := NewExecID()
-		spec := &Spec{ID: id, Profile: prof, Limits: prof.Limits}
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		b, err := p.r.startBox(ctx, spec, imageID, "sandboxd-"+id)
-		cancel()
-
-		p.mu.Lock()
-		switch {
-		case err != nil:
-			c.failures++
-			p.r.log.Warn("starting a pooled sandbox failed", "profile", prof.Name, "err", err, "failures", c.failures)
-		case p.closed || c.profile.Version != prof.Version || c.imageID != imageID:
-			// Drained while starting: this box is already stale.
-			b.hj.Close()
-			p.r.removeLater(b.id)
-		default:
-			c.failures = 0
-			b.execID = id
-			b.watch()
-			c.ready = append(c.ready, b)
-		}
-		p.mu.Unlock()
+	p.mu.Lock()
+	prof, imageID := c.profile, c.imageID
+	backoff := time.Duration(0)
+	if c.failures > 0 {
+		backoff = min(time.Duration(c.failures)*500*time.Millisecond, 10*time.Second)
 	}
+	p.mu.Unlock()
+	if backoff > 0 {
+		time.Sleep(backoff)
+	}
+
+	id := NewExecID()
+	spec := &Spec{ID: id, Profile: prof, Limits: prof.Limits}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	began := time.Now()
+	b, err := p.r.startBox(ctx, spec, imageID, "sandboxd-"+id)
+	took := time.Since(began)
+	cancel()
+
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	c.filling--
+	switch {
+	case err != nil:
+		c.failures++
+		p.r.log.Warn("starting a pooled sandbox failed", "profile", prof.Name, "err", err, "failures", c.failures)
+	case p.closed || c.profile.Version != prof.Version || c.imageID != imageID:
+		// Drained while starting: this box is already stale.
+		b.hj.Close()
+		p.r.removeLater(b.id)
+	default:
+		c.failures = 0
+		if c.startTime == 0 {
+			c.startTime = took
+		} else {
+			c.startTime = (c.startTime*3 + took) / 4
+		}
+		b.execID = id
+		b.watch()
+		c.ready = append(c.ready, b)
+		close(c.arrived)
+		c.arrived = make(chan struct{})
+	}
+	p.refillLocked(c)
 }
 
 // close removes every idle box and waits for the fillers.

@@ -26,7 +26,7 @@ func waitPoolReady(t *testing.T, r *Runner, profile string, n int) {
 func TestPoolServesEachContainerOnce(t *testing.T) {
 	instance := "test-pool-once"
 	r := newTestRunner(t, instance)
-	r.EnablePool(2)
+	r.EnablePool(2, 4)
 	p := defaultProfile(t)
 	r.pool.fill(p, mustImage(t, r, p.Image))
 	waitPoolReady(t, r, p.Name, 2)
@@ -65,7 +65,7 @@ func TestPoolServesEachContainerOnce(t *testing.T) {
 // profile's.
 func TestPoolAppliesLoweredLimits(t *testing.T) {
 	r := newTestRunner(t, "test-pool-lower")
-	r.EnablePool(1)
+	r.EnablePool(1, 2)
 	p := defaultProfile(t)
 	r.pool.fill(p, mustImage(t, r, p.Image))
 	waitPoolReady(t, r, p.Name, 1)
@@ -89,7 +89,7 @@ func TestPoolAppliesLoweredLimits(t *testing.T) {
 // falls back to a cold container.
 func TestPoolSkipsDeadBoxes(t *testing.T) {
 	r := newTestRunner(t, "test-pool-dead")
-	r.EnablePool(1)
+	r.EnablePool(1, 2)
 	p := defaultProfile(t)
 	r.pool.fill(p, mustImage(t, r, p.Image))
 	waitPoolReady(t, r, p.Name, 1)
@@ -123,7 +123,7 @@ func TestPoolSkipsDeadBoxes(t *testing.T) {
 func TestPoolDrainsOnProfileChange(t *testing.T) {
 	instance := "test-pool-drain"
 	r := newTestRunner(t, instance)
-	r.EnablePool(1)
+	r.EnablePool(1, 2)
 	p := defaultProfile(t)
 	img := mustImage(t, r, p.Image)
 	r.pool.fill(p, img)

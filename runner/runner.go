@@ -208,7 +208,7 @@ func CreateOptions(spec *Spec, imageID, instance string) (*container.Config, *co
 	if err != nil {
 		return nil, nil, err
 	}
-	pids := l.Pids + pidsOverhead
+	pids := l.Pids + pidsOverhead + runtimePidsOverhead(p.Runtime) // runtimes.go
 	mem := l.MemoryMB << 20
 	cfg := &container.Config{
 		Image:        imageID,
@@ -300,7 +300,7 @@ func (r *Runner) startBox(ctx context.Context, spec *Spec, imageID, name string)
 	bg := context.WithoutCancel(ctx)
 	created, err := r.cli.ContainerCreate(bg, cfg, hc, nil, nil, name)
 	if err != nil {
-		return nil, fmt.Errorf("%w: creating container: %v", ErrEngine, err)
+		return nil, createError(err, spec) // runtimes.go: an unknown runtime is ErrRuntimeMissing
 	}
 	b := &box{id: created.ID, imageID: imageID}
 	b.hj, err = r.cli.ContainerAttach(bg, b.id, container.AttachOptions{Stream: true, Stdin: true, Stdout: true, Stderr: true})
@@ -349,7 +349,7 @@ func (r *Runner) takePooled(ctx context.Context, spec *Spec, imageID string) *bo
 	if r.pool == nil || !poolable(spec) {
 		return nil
 	}
-	b := r.pool.take(spec.Profile, imageID)
+	b := r.pool.take(ctx, spec.Profile, imageID)
 	if b == nil {
 		return nil
 	}

@@ -80,7 +80,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 
 type serveConfig struct {
 	addr, dataDir, profilesDir, keysFile string
-	maxRuns, queue, poolSize             int
+	maxRuns, queue, poolSize, poolMax    int
 	queueWait, shutdownGrace             time.Duration
 	maxBodyMB                            int64
 	logLevel                             string
@@ -139,6 +139,7 @@ func parseServe(args []string, stderr io.Writer) (*serveConfig, error) {
 	fs.DurationVar(&c.shutdownGrace, "shutdown-grace", envDuration("SHUTDOWN_GRACE", 15*time.Second), "on SIGTERM, how long running jobs may finish before they are killed (env SANDBOXD_SHUTDOWN_GRACE)")
 	fs.Int64Var(&c.maxBodyMB, "max-body-mb", int64(envInt("MAX_BODY_MB", 32)), "largest request body in MiB (env SANDBOXD_MAX_BODY_MB)")
 	fs.IntVar(&c.poolSize, "pool-size", envInt("POOL_SIZE", 2), "started sandboxes kept ready per exec profile; 0 turns the warm pool off (env SANDBOXD_POOL_SIZE)")
+	fs.IntVar(&c.poolMax, "pool-max", envInt("POOL_MAX", 8), "most started sandboxes kept ready per exec profile when traffic needs more than --pool-size (env SANDBOXD_POOL_MAX)")
 	fs.StringVar(&c.logLevel, "log-level", envDefault("LOG_LEVEL", "info"), "debug, info, warn or error (env SANDBOXD_LOG_LEVEL)")
 	if err := fs.Parse(args); err != nil {
 		return nil, err
@@ -149,7 +150,7 @@ func parseServe(args []string, stderr io.Writer) (*serveConfig, error) {
 	if len(envErrs) > 0 {
 		return nil, errors.New(strings.Join(envErrs, "; "))
 	}
-	if c.maxRuns < 1 || c.queue < 0 || c.poolSize < 0 || c.poolSize > 64 || c.queueWait <= 0 || c.maxBodyMB < 1 || c.shutdownGrace < 0 {
+	if c.maxRuns < 1 || c.queue < 0 || c.poolSize < 0 || c.poolSize > 64 || c.poolMax > 64 || c.queueWait <= 0 || c.maxBodyMB < 1 || c.shutdownGrace < 0 {
 		return nil, errors.New("--max-runs and --max-body-mb must be at least 1, --queue and --shutdown-grace at least 0, --pool-size 0 to 64, --queue-wait above 0")
 	}
 	return c, nil
@@ -206,7 +207,7 @@ func serveWith(cfg *serveConfig, log *slog.Logger, console io.Writer) error {
 		log.Info("removed containers left by an earlier process", "count", n)
 	}
 	cancel()
-	eng.EnablePool(cfg.poolSize)
+	eng.EnablePool(cfg.poolSize, cfg.poolMax)
 	eng.Warm(context.Background(), set)
 
 	srv := api.New(api.Config{
