@@ -141,6 +141,26 @@ func (d *decoder) decodeValue(v *yaml.Node, fv reflect.Value, path string) error
 			return d.errf(v.Line, "%s is %s; it must be a finite number", path, v.Value)
 		}
 		fv.SetFloat(x)
+	case reflect.Slice:
+		if fv.Type().Elem().Kind() != reflect.String {
+			return d.errf(v.Line, "%s: internal error: cannot decode into %s", path, fv.Type())
+		}
+		if v.Kind != yaml.SequenceNode {
+			return d.typeErr(v, path, "a list of strings, such as [numpy, pandas]")
+		}
+		out := reflect.MakeSlice(fv.Type(), 0, len(v.Content))
+		for i, item := range v.Content {
+			el := reflect.New(fv.Type().Elem()).Elem()
+			itemPath := fmt.Sprintf("%s[%d]", path, i)
+			d.lines[itemPath] = item.Line
+			if err := d.decodeValue(item, el, itemPath); err != nil {
+				return err
+			}
+			out = reflect.Append(out, el)
+		}
+		if out.Len() > 0 { // an empty list stays nil, like an omitted one
+			fv.Set(out)
+		}
 	default:
 		// Only reachable if a field of an unsupported kind gets a yaml tag.
 		return d.errf(v.Line, "%s: internal error: cannot decode into %s", path, fv.Type())

@@ -194,6 +194,7 @@ type execCanon struct {
 	Nofile        int64      `json:"nofile"`
 	FileSizeMB    int64      `json:"file_size_mb"`
 	ShmMB         int64      `json:"shm_mb"`
+	Preload       []string   `json:"preload,omitempty"`
 	Version       string     `json:"-"`
 	SeccompJSON   []byte     `json:"-"`
 	Source        string     `json:"-"`

@@ -57,6 +57,9 @@ type Exec struct {
 	FileSizeMB int64 `yaml:"file_size_mb"`
 	// ShmMB is the size of /dev/shm.
 	ShmMB int64 `yaml:"shm_mb"`
+	// Preload lists Python modules the waiting interpreter of a pooled
+	// sandbox imports before the job arrives, e.g. [numpy, pandas].
+	Preload []string `yaml:"preload"`
 
 	// Version is the sha256 (hex) of the profile's normalised content,
 	// including the seccomp filter it names. Set by the loader.

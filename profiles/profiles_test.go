@@ -327,6 +327,9 @@ func TestProfileErrors(t *testing.T) {
 		line    int
 		want    []string
 	}{
+		{"preload not a list", minimal + "preload: numpy\n", 4, []string{"preload must be a list of strings, such as [numpy, pandas], got the string \"numpy\""}},
+		{"preload bad name", minimal + "preload:\n  - numpy\n  - os;import x\n", 6, []string{`preload[1] "os;import x" is not a Python module name`}},
+		{"preload number", minimal + "preload: [numpy, 3]\n", 4, []string{"preload[1] must be a string, got the number 3"}},
 		{"unknown top key", minimal + "imgae: x\n", 4, []string{`unknown key "imgae"`, "allowed keys: name, description, image"}},
 		{"unknown nested key", minimal + "limits:\n  memroy_mb: 5\n", 5, []string{`unknown key "memroy_mb" in limits`, "memory_mb"}},
 		{"unknown files key", minimal + "files:\n  max_files: 5\n", 5, []string{`unknown key "max_files" in files`, "max_input_count"}},
@@ -655,7 +658,11 @@ func TestVersionCoversEveryField(t *testing.T) {
 			case reflect.Float64:
 				fv.SetFloat(fv.Float() + 0.5)
 			case reflect.Slice:
-				fv.SetBytes(append([]byte(nil), append(fv.Bytes(), ' ')...))
+				if fv.Type().Elem().Kind() == reflect.String {
+					fv.Set(reflect.Append(reflect.MakeSlice(fv.Type(), 0, fv.Len()+1), reflect.ValueOf("x")))
+				} else {
+					fv.SetBytes(append([]byte(nil), append(fv.Bytes(), ' ')...))
+				}
 			default:
 				t.Fatalf("%s: test does not know how to change a %s", name, fv.Kind())
 			}

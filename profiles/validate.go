@@ -112,7 +112,11 @@ var (
 	nameRe    = regexp.MustCompile(`^[a-z0-9][a-z0-9-]{0,62}$`)
 	userRe    = regexp.MustCompile(`^([0-9]{1,10}):([0-9]{1,10})$`)
 	seccompRe = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]*\.json$`)
+	moduleRe  = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$`)
 )
+
+// maxPreload bounds the preload list.
+const maxPreload = 32
 
 // validate checks e after defaults are applied. fileName is the base name
 // of the profile file; lines maps YAML paths to the line of their value.
@@ -157,6 +161,14 @@ func validate(e *Exec, d *decoder, fileName string) error {
 	for _, r := range intRules {
 		if v := r.get(e); v < r.min || v > r.max {
 			return d.errf(line(r.path), "%s is %d; allowed is %s", r.path, v, r.allowedRange())
+		}
+	}
+	if len(e.Preload) > maxPreload {
+		return d.errf(line("preload"), "preload lists %d modules; at most %d are allowed", len(e.Preload), maxPreload)
+	}
+	for i, m := range e.Preload {
+		if !moduleRe.MatchString(m) {
+			return d.errf(line(fmt.Sprintf("preload[%d]", i)), "preload[%d] %q is not a Python module name; write dotted identifiers such as numpy or matplotlib.pyplot", i, m)
 		}
 	}
 	if c := e.Limits.CPUs; !(c > 0 && c <= maxCPUs) {

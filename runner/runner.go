@@ -213,7 +213,7 @@ func CreateOptions(spec *Spec, imageID, instance string) (*container.Config, *co
 	cfg := &container.Config{
 		Image:        imageID,
 		Entrypoint:   []string{LauncherPath},
-		Cmd:          nil,
+		Cmd:          launcherArgs(p),
 		User:         p.User,
 		WorkingDir:   jobproto.WorkDir,
 		Hostname:     "sandbox",
@@ -264,6 +264,14 @@ func CreateOptions(spec *Spec, imageID, instance string) (*container.Config, *co
 		},
 	}
 	return cfg, hc, nil
+}
+
+// launcherArgs tells the launcher what its waiting interpreter preloads.
+func launcherArgs(p *profiles.Exec) []string {
+	if len(p.Preload) == 0 {
+		return nil
+	}
+	return []string{"--preload", strings.Join(p.Preload, ",")}
 }
 
 func splitUser(u string) (int, int, error) {
