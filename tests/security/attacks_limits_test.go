@@ -1,0 +1,425 @@
+package security
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+)
+
+// cpuQuotaSlack: CPU time may exceed wall time × cpus by this factor (CFS
+// periods are 100 ms; the bound is the spec's ~1.3x).
+const cpuQuotaSlack = 1.3
+
+func limitAttacks() []attack {
+	return []attack{
+		{
+			// Filling the scratch file systems by bytes: the code gets ENOSPC
+			// at the tmpfs size, catches it and carries on.
+			name: "tmpfs-fill-bytes",
+			code: `
+def fill(tag, d):
+    n, i, err = 0, 0, "none"
+    chunk = b"\0" * (1 << 20)
+    try:
+        while True:
+            with open("%s/fill-%d" % (d, i), "wb") as f:
+                for _ in range(8):
+                    f.write(chunk)
+                    n += len(chunk)
+            i += 1
+    except OSError as e:
+        err = ename(e.errno)
+    say("FULL-" + tag, err, n >> 20)
+fill("sandbox", "/sandbox")
+fill("tmp", "/tmp")
+fill("shm", "/dev/shm")
+os.remove("/sandbox/fill-0")
+with open("/sandbox/out/after.txt", "w") as f:
+    f.write("still works")
+`,
+			status: "ok",
+			check: func(t *testing.T, x *run) {
+				tmpfs := x.r.Limits.TmpfsMB
+				for _, c := range []struct {
+					key  string
+					size int64
+				}{{"FULL-sandbox", tmpfs}, {"FULL-tmp", tmpfs}, {"FULL-shm", 16}} {
+					v, _ := x.fact(c.key)
+					var errno string
+					var mb int64
+					if _, err := fmtSscan(v, &errno, &mb); err != nil || errno != "ENOSPC" || mb > c.size || (c.key != "FULL-shm" && mb < c.size-4) {
+						t.Errorf("%s = %q: want ENOSPC after about %d MiB", c.key, v, c.size)
+					}
+				}
+				if f := x.r.file("after.txt"); f == nil || string(unb64(f.Content)) != "still works" {
+					t.Errorf("after.txt, written after freeing space, was not returned: %+v", x.r.Files)
+				}
+			},
+		},
+		{
+			// Inodes: tmpfs has no nr_inodes limit of its own here (the
+			// kernel default is half the host's RAM pages), so the bound is
+			// the memory cgroup, which charges inodes and dentries. At the
+			// limit the code stalls in reclaim until the OOM killer or the
+			// wall clock ends it; which one comes first is the kernel's race.
+			name:        "tmpfs-fill-inodes",
+			limits:      map[string]any{"memory_mb": 64, "timeout_ms": 5000},
+			status:      "oom",
+			otherStatus: []string{"timeout", "ok"},
+			code: `
+n, err = 0, "none"
+os.mkdir("/sandbox/i")
+try:
+    while True:
+        os.mknod("/sandbox/i/%d" % n)
+        n += 1
+        if n % 20000 == 0:
+            say("PROGRESS", n)
+except OSError as e:
+    err = ename(e.errno)
+say("INODES", err, n)
+`,
+			check: func(t *testing.T, x *run) {
+				if x.r.Status == "ok" {
+					v, _ := x.fact("INODES")
+					if f := strings.Fields(v); len(f) == 0 || (f[0] != "ENOSPC" && f[0] != "ENOMEM") {
+						t.Errorf("INODES = %q: a run that ends ok must have hit ENOSPC/ENOMEM", v)
+					}
+				}
+				p, _ := x.fact("PROGRESS")
+				t.Logf("NOTE: inode fill ended %s (last progress line %q, duration %d ms): bounded by the memory cgroup, not by a tmpfs inode limit", x.r.Status, lastFact(x, "PROGRESS", p), x.r.DurationMS)
+			},
+		},
+		{
+			name:   "fork-bomb",
+			limits: map[string]any{"timeout_ms": 5000},
+			code: `
+while True:
+    os.fork()
+`,
+			status: "error",
+			check: func(t *testing.T, x *run) {
+				if !strings.Contains(x.r.Stderr, "BlockingIOError") && !strings.Contains(x.r.Stderr, "Resource temporarily unavailable") {
+					t.Errorf("stderr does not show fork failing at the pids limit: %q", clip([]byte(x.r.Stderr), 500))
+				}
+				if x.r.DurationMS > 5000+1000 {
+					t.Errorf("duration_ms %d past the 5 s limit + 1 s", x.r.DurationMS)
+				}
+			},
+		},
+		{
+			// A bomb that survives its own errors: the pids limit holds,
+			// the main program ends after 2 s, and the launcher (whose
+			// threads are reserved) still kills the rest promptly.
+			name:   "fork-bomb-persistent",
+			limits: map[string]any{"timeout_ms": 8000},
+			code: `
+t0 = time.monotonic()
+main = os.getpid()
+fails = 0
+while time.monotonic() - t0 < 2:
+    try:
+        os.fork()
+    except OSError:
+        fails += 1
+        time.sleep(0.001)
+if os.getpid() == main:
+    say("FORKBOMB", "eagain" if fails else "no-eagain", len([p for p in os.listdir("/proc") if p.isdigit()]))
+else:
+    while True:
+        time.sleep(1)
+`,
+			status: "ok",
+			check: func(t *testing.T, x *run) {
+				v, _ := x.fact("FORKBOMB")
+				var verdict string
+				var n int64
+				if _, err := fmtSscan(v, &verdict, &n); err != nil || verdict != "eagain" {
+					t.Errorf("FORKBOMB = %q: want fork to have failed with EAGAIN at the pids limit", v)
+				}
+				if max := x.r.Limits.Pids + 16; n > max {
+					t.Errorf("%d processes in the sandbox, above pids %d + 16", n, x.r.Limits.Pids)
+				}
+				if x.r.DurationMS > 6000 {
+					t.Errorf("duration_ms %d: the run did not end soon after the main program's 2 s", x.r.DurationMS)
+				}
+			},
+		},
+		{
+			name: "thread-bomb",
+			code: `
+import threading
+def f():
+    time.sleep(100)
+while True:
+    threading.Thread(target=f, daemon=True).start()
+`,
+			status: "error",
+			check: func(t *testing.T, x *run) {
+				if !strings.Contains(x.r.Stderr, "can't start new thread") {
+					t.Errorf("stderr does not show thread creation failing: %q", clip([]byte(x.r.Stderr), 500))
+				}
+			},
+		},
+		{
+			name: "memory-bomb-mmap-populate",
+			code: `
+import mmap
+m = mmap.mmap(-1, 1 << 30, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS | mmap.MAP_POPULATE)
+say("SURVIVED", len(m))
+`,
+			status: "oom",
+			check: func(t *testing.T, x *run) {
+				if _, ok := x.fact("SURVIVED"); ok {
+					t.Errorf("HOLE: 1 GiB populated under a %d MiB limit", x.r.Limits.MemoryMB)
+				}
+				if x.r.Usage.MaxRSSKB > (x.r.Limits.MemoryMB<<10)+8<<10 {
+					t.Errorf("max_rss_kb %d above the %d MiB limit", x.r.Usage.MaxRSSKB, x.r.Limits.MemoryMB)
+				}
+			},
+		},
+		{
+			name: "memory-bomb-growing-list",
+			code: `
+x = []
+while True:
+    x.append(b"x" * (1 << 20))
+`,
+			status: "oom",
+		},
+		{
+			// Lowering its own OOM score (so the kernel would pick the
+			// launcher) is refused; the code is the one killed.
+			name: "memory-bomb-oom-score-dodge",
+			code: `
+attempt("lower-own-oom-score-adj", probe_write_raise, "/proc/self/oom_score_adj", b"-1000")
+attempt("raise-pid1-oom-score-adj", probe_write_raise, "/proc/1/oom_score_adj", b"1000")
+say("OOMADJ", open("/proc/self/oom_score_adj").read().strip())
+x = []
+while True:
+    x.append(b"x" * (1 << 20))
+`,
+			status: "oom",
+			check: func(t *testing.T, x *run) {
+				x.allDenied(t, []string{"lower-own-oom-score-adj", "raise-pid1-oom-score-adj"}, []string{"EACCES", "EPERM"})
+				x.wantFact(t, "OOMADJ", "1000")
+			},
+			strict: &override{check: func(t *testing.T, x *run) {
+				x.noAllowed(t)
+			}},
+		},
+		{
+			// 8 threads that really run in parallel (hashlib releases the
+			// GIL on large buffers) for 2 s under cpus=1: the CFS quota
+			// holds CPU time to about the wall time.
+			name: "cpu-spin-threads",
+			code: `
+import threading, hashlib, resource
+buf = b"\0" * (1 << 20)
+stop = time.monotonic() + 2
+def spin():
+    while time.monotonic() < stop:
+        hashlib.sha256(buf).digest()
+ts = [threading.Thread(target=spin) for _ in range(8)]
+t0 = time.monotonic()
+for th in ts:
+    th.start()
+for th in ts:
+    th.join()
+ru = resource.getrusage(resource.RUSAGE_SELF)
+say("WALL", "%.3f" % (time.monotonic() - t0))
+say("CPU", "%.3f" % (ru.ru_utime + ru.ru_stime))
+say("NPROC", os.cpu_count())
+`,
+			status: "ok",
+			check:  checkCPUQuota,
+		},
+		{
+			name: "cpu-spin-processes",
+			code: `
+import resource
+stop = time.monotonic() + 2
+t0 = time.monotonic()
+pids = []
+for _ in range(8):
+    pid = os.fork()
+    if pid == 0:
+        n = 0
+        while time.monotonic() < stop:
+            n += 1
+        os._exit(0)
+    pids.append(pid)
+for pid in pids:
+    os.waitpid(pid, 0)
+ru = resource.getrusage(resource.RUSAGE_CHILDREN)
+me = resource.getrusage(resource.RUSAGE_SELF)
+say("WALL", "%.3f" % (time.monotonic() - t0))
+say("CPU", "%.3f" % (ru.ru_utime + ru.ru_stime + me.ru_utime + me.ru_stime))
+`,
+			status: "ok",
+			check:  checkCPUQuota,
+		},
+		{
+			// A daemon (double fork + setsid, output closed) that outlives
+			// the main program: it is killed when the main program ends, so
+			// the run ends promptly and its later write never happens. A
+			// second one becomes /bin/sleep with the run's nonce in its
+			// command line, so the host can be searched for it.
+			name: "daemon-double-fork",
+			code: `
+def daemon(body):
+    pid = os.fork()
+    if pid == 0:
+        os.setsid()
+        if os.fork() != 0:
+            os._exit(0)
+        for fd in (0, 1, 2):
+            os.close(fd)
+        body()
+        os._exit(0)
+    os.waitpid(pid, 0)
+
+def late_writer():
+    time.sleep(1)
+    with open("/sandbox/out/daemon.txt", "w") as f:
+        f.write("the daemon outlived the run")
+
+def sleeper():
+    os.execv("/bin/sleep", ["sleep", "300.{{NONCENUM}}"])
+
+daemon(late_writer)
+daemon(sleeper)
+time.sleep(0.3)
+say("MAIN", "exits")
+`,
+			status: "ok",
+			check: func(t *testing.T, x *run) {
+				x.wantFact(t, "MAIN", "exits")
+				if x.r.file("daemon.txt") != nil || x.r.skipped("daemon.txt") != nil {
+					t.Errorf("HOLE: the daemon's write after the main program ended is in the result")
+				}
+				if x.r.DurationMS > 1500 {
+					t.Errorf("duration_ms %d: the run should end when the main program does (~0.3 s), not wait for its daemons", x.r.DurationMS)
+				}
+				if x.res.Wall > 8*time.Second {
+					t.Errorf("the request took %v: the run was not ended promptly", x.res.Wall)
+				}
+			},
+			host: func(t *testing.T, x *run) {
+				if left := hostProcsMatching("300." + x.nonceNum); len(left) > 0 {
+					t.Errorf("HOLE: the daemon is alive on the host after the response: %s", strings.Join(left, "; "))
+				}
+			},
+		},
+		{
+			name:   "timeout-ignoring-sigterm",
+			limits: map[string]any{"timeout_ms": 1500},
+			code: `
+import signal
+for s in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1):
+    signal.signal(s, signal.SIG_IGN)
+say("SLEEPING")
+time.sleep(60)
+say("WOKE")
+`,
+			status: "timeout",
+			check: func(t *testing.T, x *run) {
+				if x.r.Stdout != "SLEEPING\n" {
+					t.Errorf("stdout %q, want the output before the limit only", x.r.Stdout)
+				}
+				if x.r.DurationMS < 1500 || x.r.DurationMS >= 2500 {
+					t.Errorf("duration_ms %d, want in [1500, 2500): within the limit + 1 s", x.r.DurationMS)
+				}
+				if x.res.Wall > 7*time.Second {
+					t.Errorf("the request took %v for a 1.5 s limit", x.res.Wall)
+				}
+			},
+		},
+		{
+			// kill(-1, SIGKILL) reaches every process the code may signal,
+			// itself included, but not the launcher (the namespace's init).
+			name: "kill-minus-one",
+			code: `
+say("BEFORE")
+try:
+    os.kill(1, 9)
+except OSError as e:
+    say("KILL1", ename(e.errno))
+os.kill(-1, 9)
+say("AFTER")
+`,
+			status: "killed",
+			check: func(t *testing.T, x *run) {
+				if x.r.Signal != "SIGKILL" || x.r.ExitCode != 137 {
+					t.Errorf("signal %q exit_code %d, want SIGKILL 137", x.r.Signal, x.r.ExitCode)
+				}
+				if !strings.Contains(x.r.Stdout, "BEFORE") || strings.Contains(x.r.Stdout, "AFTER") {
+					t.Errorf("stdout %q, want BEFORE and not AFTER", x.r.Stdout)
+				}
+			},
+		},
+		{
+			// Deep recursion through C (map calls back into Python): with
+			// the recursion limit lifted the C stack overflows.
+			name: "recursion-limit-blowup",
+			code: `
+sys.setrecursionlimit(10**6)
+def f(x):
+    return list(map(f, [x]))
+say("START")
+f(0)
+say("SURVIVED")
+`,
+			status: "killed",
+			check: func(t *testing.T, x *run) {
+				if x.r.Signal != "SIGSEGV" {
+					t.Errorf("signal %q, want SIGSEGV (C stack overflow)", x.r.Signal)
+				}
+			},
+			strict: &override{status: "killed", check: func(t *testing.T, x *run) {}},
+		},
+	}
+}
+
+func checkCPUQuota(t *testing.T, x *run) {
+	t.Helper()
+	cpus := x.r.Limits.CPUs
+	if cpus <= 0 {
+		cpus = 1
+	}
+	used := x.r.Usage.UserCPUMS + x.r.Usage.SysCPUMS
+	bound := float64(x.r.DurationMS)*cpus*cpuQuotaSlack + 50
+	t.Logf("CPU %d ms (user %d + sys %d) in %d ms of wall time with cpus=%g (self-measured: CPU %s s in %s s)",
+		used, x.r.Usage.UserCPUMS, x.r.Usage.SysCPUMS, x.r.DurationMS, cpus, factOr(x, "CPU"), factOr(x, "WALL"))
+	if float64(used) > bound {
+		t.Errorf("HOLE: usage %d ms CPU in %d ms wall: above %gx the %g-CPU quota", used, x.r.DurationMS, cpuQuotaSlack, cpus)
+	}
+	wall, cpu := x.factFloat(t, "WALL"), x.factFloat(t, "CPU")
+	if cpu > wall*cpus*cpuQuotaSlack+0.05 {
+		t.Errorf("HOLE: the code measured %.3f s CPU in %.3f s: above the quota", cpu, wall)
+	}
+	if wall < 1.9 {
+		t.Errorf("WALL %.3f: the spin did not last its 2 s", wall)
+	}
+	if used < 300 {
+		t.Errorf("only %d ms CPU used: the spin did not spin", used)
+	}
+}
+
+func factOr(x *run, key string) string {
+	v, _ := x.fact(key)
+	return v
+}
+
+func lastFact(x *run, key, def string) string {
+	last := def
+	for _, l := range x.lines {
+		if v, ok := strings.CutPrefix(l, key+" "); ok {
+			last = v
+		}
+	}
+	return last
+}
+
+func fmtSscan(s string, args ...any) (int, error) { return fmt.Sscan(s, args...) }

@@ -1,0 +1,656 @@
+package security
+
+import (
+	"bytes"
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/docker/docker/api/types/container"
+)
+
+// An attack is one Python program and what must come of it.
+//
+// The program prints marker lines: "DENIED <tag> <ERRNO>" when an attempt
+// failed and "ALLOWED <tag> ..." when it went through; other lines are
+// "KEY value..." facts. check asserts on them and on the response; host
+// looks at the host after the response (files, processes the attack tried
+// to leave behind).
+//
+// Placeholders in code: {{NONCE}} (unique per run, in every name the attack
+// tries to create outside the sandbox), {{NONCENUM}} (the same as digits),
+// {{PORT}} (sandboxd's port), {{HOSTADDRS}}, {{HOSTPORT}}, {{ABSTRACT}}
+// (Python literals: the host's own addresses, a port the suite listens on
+// on every host address, the host's abstract unix socket names).
+type attack struct {
+	name   string
+	code   string
+	limits map[string]any
+	env    map[string]string
+	// status is the exact status the run must end with.
+	status string
+	// otherStatus lists further statuses that are equally right for this
+	// attack; only where the kernel's own behaviour is racy (see the case).
+	otherStatus []string
+	check       func(t *testing.T, x *run)
+	host        func(t *testing.T, x *run)
+	// solo runs the attack alone, after the parallel ones: it needs a whole
+	// CPU for its time bound.
+	solo bool
+	// strict replaces parts of the expectation under the gVisor profile.
+	strict *override
+}
+
+// override is the part of an attack's expectation that differs under the
+// strict (gVisor) profile.
+type override struct {
+	status string                      // "" keeps the attack's status
+	check  func(t *testing.T, x *run) // nil keeps the attack's check
+	why    string
+}
+
+// run is one attack's exchange.
+type run struct {
+	profile  string
+	nonce    string
+	nonceNum string
+	req      execRequest
+	res      *httpResult
+	r        *execResponse
+	lines    []string
+}
+
+// strictProfile is the name of the gVisor exec profile.
+const strictProfile = "strict"
+
+var runCounter atomic.Int64
+
+// suiteNum is the digit form of suiteNonce's randomness.
+var suiteNum = func() string {
+	n, _ := strconv.ParseUint(suiteNonce[len("sbxesc"):], 16, 64)
+	return fmt.Sprintf("%015d", n%1e15)
+}()
+
+// hostListener accepts TCP connections on every host address; no sandbox
+// may reach it.
+type hostListener struct {
+	port     int
+	accepted atomic.Int64
+	ln       net.Listener
+	abstract string
+	aln      net.Listener
+}
+
+func startHostListener(t *testing.T) *hostListener {
+	t.Helper()
+	ln, err := net.Listen("tcp", ":0")
+	if err != nil {
+		t.Fatalf("host listener: %v", err)
+	}
+	h := &hostListener{port: ln.Addr().(*net.TCPAddr).Port, ln: ln, abstract: suiteNonce + "-host-abstract"}
+	go h.serve(ln)
+	if aln, err := net.Listen("unix", "@"+h.abstract); err == nil {
+		h.aln = aln
+		go h.serve(aln)
+	} else {
+		t.Logf("no abstract unix listener on the host: %v", err)
+		h.abstract = ""
+	}
+	t.Cleanup(func() {
+		ln.Close()
+		if h.aln != nil {
+			h.aln.Close()
+		}
+	})
+	return h
+}
+
+func (h *hostListener) serve(ln net.Listener) {
+	for {
+		c, err := ln.Accept()
+		if err != nil {
+			return
+		}
+		h.accepted.Add(1)
+		c.Close()
+	}
+}
+
+func pyList(ss []string) string {
+	q := make([]string, len(ss))
+	for i, s := range ss {
+		b, _ := json.Marshal(s)
+		q[i] = string(b)
+	}
+	return "[" + strings.Join(q, ", ") + "]"
+}
+
+// TestEscapes runs the attack table under the default profile and, when the
+// strict (gVisor) profile exists and /readyz says its runtime works, under
+// strict as well.
+func TestEscapes(t *testing.T) {
+	start := time.Now()
+	hl := startHostListener(t)
+	profs := []string{"default"}
+	if ok, why := strictUsable(); ok {
+		profs = append(profs, strictProfile)
+		t.Logf("running the table under default and %s: %s", strictProfile, why)
+	} else {
+		t.Logf("running the table under default only: %s", why)
+	}
+	attacks := allAttacks()
+	names := map[string]bool{}
+	for _, a := range attacks {
+		if names[a.name] {
+			t.Fatalf("two attacks are named %q", a.name)
+		}
+		names[a.name] = true
+	}
+	t.Logf("%d attacks", len(attacks))
+	subst := map[string]string{
+		"{{PORT}}":      strconv.Itoa(serverPort),
+		"{{HOSTADDRS}}": pyList(usableHostAddrs()),
+		"{{HOSTPORT}}":  strconv.Itoa(hl.port),
+		"{{ABSTRACT}}":  pyList(abstractTargets(hl)),
+		"{{HOSTPIDS}}":  "[" + strings.Join(hostDaemonPids(), ", ") + "]",
+	}
+	for _, prof := range profs {
+		t.Run(prof, func(t *testing.T) {
+			pstart := time.Now()
+			t.Run("parallel", func(t *testing.T) {
+				for _, a := range attacks {
+					if a.solo {
+						continue
+					}
+					t.Run(a.name, func(t *testing.T) {
+						t.Parallel()
+						runAttack(t, prof, a, subst)
+					})
+				}
+			})
+			t.Run("solo", func(t *testing.T) {
+				for _, a := range attacks {
+					if a.solo {
+						t.Run(a.name, func(t *testing.T) { runAttack(t, prof, a, subst) })
+					}
+				}
+			})
+			t.Run("after", func(t *testing.T) { afterTable(t, prof, hl) })
+			t.Logf("profile %s: %d attacks in %v", prof, len(attacks), time.Since(pstart).Round(100*time.Millisecond))
+		})
+	}
+	t.Logf("escape suite: %d attacks x %d profile(s) in %v", len(attacks), len(profs), time.Since(start).Round(100*time.Millisecond))
+}
+
+// usableHostAddrs are the host's addresses a sandbox could try to reach:
+// the Docker bridge gateway and every non-loopback address, IPv6 link-local
+// ones left out (they need a zone).
+func usableHostAddrs() []string {
+	out := []string{"172.17.0.1"}
+	for _, a := range hostAddrs() {
+		ip := net.ParseIP(a)
+		if ip == nil || ip.IsLinkLocalUnicast() || slices.Contains(out, a) {
+			continue
+		}
+		out = append(out, a)
+	}
+	return out
+}
+
+// strictUsable reports whether the strict profile exists and /readyz says
+// the gVisor runtime is usable, and why (not).
+func strictUsable() (bool, string) {
+	p := filepath.Join(moduleRoot, "profiles", "exec", strictProfile+".yaml")
+	if _, err := os.Stat(p); err != nil {
+		return false, fmt.Sprintf("%s does not exist", p)
+	}
+	resp, err := httpClient.Get(baseURL + "/readyz")
+	if err != nil {
+		return false, fmt.Sprintf("GET /readyz: %v", err)
+	}
+	var ra readyAnswer
+	err = json.NewDecoder(resp.Body).Decode(&ra)
+	resp.Body.Close()
+	if err != nil {
+		return false, fmt.Sprintf("/readyz body: %v", err)
+	}
+	var seen []string
+	for _, c := range ra.Checks {
+		n := strings.ToLower(c.Name)
+		if !strings.Contains(n, "runsc") && !strings.Contains(n, "gvisor") && !strings.Contains(n, strictProfile) {
+			continue
+		}
+		if !c.OK {
+			return false, fmt.Sprintf("%s exists but /readyz check %q fails: %s", p, c.Name, c.Error)
+		}
+		seen = append(seen, c.Name)
+	}
+	if len(seen) == 0 {
+		return false, fmt.Sprintf("%s exists but /readyz reports no runsc runtime check (checks: %s)", p, readyNames(ra))
+	}
+	return true, fmt.Sprintf("/readyz checks %v are ok", seen)
+}
+
+func readyNames(ra readyAnswer) string {
+	var out []string
+	for _, c := range ra.Checks {
+		out = append(out, fmt.Sprintf("%s=%v", c.Name, c.OK))
+	}
+	return strings.Join(out, ", ")
+}
+
+func runAttack(t *testing.T, prof string, a attack, subst map[string]string) {
+	n := runCounter.Add(1)
+	x := &run{
+		profile:  prof,
+		nonce:    fmt.Sprintf("%s-%d", suiteNonce, n),
+		nonceNum: fmt.Sprintf("%s%04d", suiteNum, n),
+	}
+	code := pyPrelude + a.code
+	repl := []string{"{{NONCE}}", x.nonce, "{{NONCENUM}}", x.nonceNum}
+	for k, v := range subst {
+		repl = append(repl, k, v)
+	}
+	code = strings.NewReplacer(repl...).Replace(code)
+	x.req = execRequest{Language: "python", Code: code, Limits: a.limits, Env: a.env}
+	if prof != "default" {
+		x.req.Profile = prof
+	}
+	reqID := fmt.Sprintf("escape-%d-%s", n, strings.Map(func(r rune) rune {
+		if r >= 'a' && r <= 'z' || r >= '0' && r <= '9' || r == '-' {
+			return r
+		}
+		return '-'
+	}, a.name))
+	if len(reqID) > 64 {
+		reqID = reqID[:64]
+	}
+	defer func() {
+		if t.Failed() {
+			time.Sleep(200 * time.Millisecond)
+			if l := serverLog.Grep(reqID, 20); l != "" {
+				t.Logf("sandboxd log lines of %s:\n%s", reqID, l)
+			}
+		}
+	}()
+	res, err := rawExec(context.Background(), x.req, reqID)
+	if err != nil {
+		t.Fatalf("POST /exec: %v", err)
+	}
+	x.res = res
+	if res.Status != http.StatusOK {
+		t.Fatalf("POST /exec answered %d, want 200 for a run that started: %s", res.Status, clip(res.Body, 2000))
+	}
+	var r execResponse
+	if err := json.Unmarshal(res.Body, &r); err != nil {
+		t.Fatalf("200 body is not a JSON exec response: %v\n%s", err, clip(res.Body, 2000))
+	}
+	x.r = &r
+	noteExecID(r.ID)
+	x.lines = strings.Split(r.Stdout, "\n")
+
+	status, check, others := a.status, a.check, a.otherStatus
+	if prof == strictProfile && a.strict != nil {
+		if a.strict.status != "" {
+			status, others = a.strict.status, nil
+		}
+		if a.strict.check != nil {
+			check = a.strict.check
+		}
+	}
+	if r.Status != status && !slices.Contains(others, r.Status) {
+		want := strconv.Quote(status)
+		for _, o := range others {
+			want += " or " + strconv.Quote(o)
+		}
+		t.Errorf("status %q, want %s\n%s", r.Status, want, x.describe())
+	}
+	// Whatever the code did, the names returned are relative and clean.
+	for _, f := range r.Files {
+		if !safeName(f.Path) {
+			t.Errorf("returned file name %q is not a clean relative path without control characters", f.Path)
+		}
+	}
+	for _, s := range r.SkippedFiles {
+		if !relName(s.Path) {
+			t.Errorf("skipped file name %q is absolute or has an empty, '.' or '..' element", s.Path)
+		}
+		if strings.TrimSpace(s.Reason) == "" {
+			t.Errorf("skipped file %q has no reason", s.Path)
+		}
+	}
+	// No secret of sandboxd's environment, in any form.
+	for k, v := range hostSecrets {
+		if bytes.Contains(res.Body, []byte(v)) || strings.Contains(decodedOutputs(&r), v) {
+			t.Errorf("the response carries the value of %s from sandboxd's environment", k)
+		}
+	}
+	if check != nil {
+		check(t, x)
+	}
+	if a.host != nil {
+		a.host(t, x)
+	}
+	// Nothing the attack started may outlive its run on the host.
+	if left := waitHostProcs(2*time.Second, x.nonce, x.nonceNum); len(left) > 0 {
+		t.Errorf("processes of this run are still alive on the host after its response: %s", strings.Join(left, "; "))
+	}
+	if left := hostFilesMatching(x.nonce); len(left) > 0 {
+		t.Errorf("files named after this run exist on the host: %s", strings.Join(left, ", "))
+	}
+	if t.Failed() {
+		t.Logf("stdout:\n%s", clip([]byte(r.Stdout), 6000))
+	}
+}
+
+// waitHostProcs polls until no host process's command line holds any of
+// needles, and returns those left at the deadline.
+func waitHostProcs(timeout time.Duration, needles ...string) []string {
+	deadline := time.Now().Add(timeout)
+	for {
+		var left []string
+		for _, n := range needles {
+			left = append(left, hostProcsMatching(n)...)
+		}
+		if len(left) == 0 || time.Now().After(deadline) {
+			return left
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+func decodedOutputs(r *execResponse) string {
+	var b strings.Builder
+	for _, p := range []*string{r.StdoutBase64, r.StderrBase64} {
+		if p != nil {
+			d, _ := base64.StdEncoding.DecodeString(*p)
+			b.Write(d)
+		}
+	}
+	for _, f := range r.Files {
+		d, _ := base64.StdEncoding.DecodeString(f.Content)
+		b.Write(d)
+	}
+	return b.String()
+}
+
+// relName: relative, without empty, "." or ".." elements.
+func relName(p string) bool {
+	if p == "" || strings.HasPrefix(p, "/") {
+		return false
+	}
+	for _, e := range strings.Split(p, "/") {
+		if e == "" || e == "." || e == ".." {
+			return false
+		}
+	}
+	return true
+}
+
+// safeName: relName, and no control characters or backslashes either.
+func safeName(p string) bool {
+	if !relName(p) {
+		return false
+	}
+	for _, c := range p {
+		if c < 0x20 || c == 0x7f || c == '\\' {
+			return false
+		}
+	}
+	return true
+}
+
+func (x *run) describe() string {
+	r := x.r
+	s := fmt.Sprintf("exec %s (%s): exit_code %d signal %q message %q duration_ms %d usage %+v\nstdout (%d bytes, truncated %v): %s\nstderr (%d bytes, truncated %v): %s",
+		r.ID, x.profile, r.ExitCode, r.Signal, r.Message, r.DurationMS, r.Usage,
+		len(r.Stdout), r.StdoutTruncated, clip([]byte(r.Stdout), 3000),
+		len(r.Stderr), r.StderrTruncated, clip([]byte(r.Stderr), 2000))
+	if len(r.Files) > 0 || len(r.SkippedFiles) > 0 {
+		var fs []string
+		for i, f := range r.Files {
+			if i == 10 {
+				fs = append(fs, fmt.Sprintf("… %d files", len(r.Files)))
+				break
+			}
+			fs = append(fs, fmt.Sprintf("%q(%d)", f.Path, f.Size))
+		}
+		var ss []string
+		for i, f := range r.SkippedFiles {
+			if i == 10 {
+				ss = append(ss, fmt.Sprintf("… %d skipped", len(r.SkippedFiles)))
+				break
+			}
+			ss = append(ss, fmt.Sprintf("%q: %s", f.Path, f.Reason))
+		}
+		s += fmt.Sprintf("\nfiles: %s\nskipped: %s", strings.Join(fs, ", "), strings.Join(ss, "; "))
+	}
+	return s
+}
+
+// ---------------------------------------------------------------------------
+// Marker helpers.
+
+// fact returns the value of the first line "KEY value" (ok false if none).
+func (x *run) fact(key string) (string, bool) {
+	for _, l := range x.lines {
+		if k, v, _ := strings.Cut(l, " "); k == key {
+			return v, true
+		}
+	}
+	return "", false
+}
+
+// marker returns the first "DENIED tag ..." or "ALLOWED tag ..." line for
+// tag as (verdict, rest).
+func (x *run) marker(tag string) (string, string, bool) {
+	for _, l := range x.lines {
+		f := strings.SplitN(l, " ", 3)
+		if len(f) >= 2 && (f[0] == "DENIED" || f[0] == "ALLOWED") && f[1] == tag {
+			rest := ""
+			if len(f) == 3 {
+				rest = f[2]
+			}
+			return f[0], rest, true
+		}
+	}
+	return "", "", false
+}
+
+// tags lists the tags of the marker lines with the given verdict.
+func (x *run) tags(verdict string) []string {
+	var out []string
+	for _, l := range x.lines {
+		f := strings.SplitN(l, " ", 3)
+		if len(f) >= 2 && f[0] == verdict {
+			out = append(out, f[1])
+		}
+	}
+	return out
+}
+
+// wantDenied requires "DENIED tag E" with E one of errnos (any errno when
+// none are given).
+func (x *run) wantDenied(t *testing.T, tag string, errnos ...string) {
+	t.Helper()
+	v, rest, ok := x.marker(tag)
+	switch {
+	case !ok:
+		t.Errorf("%s: no DENIED/ALLOWED line; the attempt did not run (stderr %q)", tag, clip([]byte(x.r.Stderr), 1500))
+	case v != "DENIED":
+		t.Errorf("HOLE? %s was ALLOWED (%s); want it denied with %v", tag, rest, errnos)
+	case len(errnos) > 0 && !slices.Contains(errnos, strings.Fields(rest + " ?")[0]):
+		t.Errorf("%s denied with %q, want %v", tag, rest, errnos)
+	}
+}
+
+// wantAllowed requires "ALLOWED tag ..." (a control: the thing itself works)
+// and returns the rest of the line.
+func (x *run) wantAllowed(t *testing.T, tag string) string {
+	t.Helper()
+	v, rest, ok := x.marker(tag)
+	if !ok || v != "ALLOWED" {
+		t.Errorf("%s: want ALLOWED (a control that must work), got %q %q (stderr %q)", tag, v, rest, clip([]byte(x.r.Stderr), 1500))
+	}
+	return rest
+}
+
+// noAllowed requires that nothing but the given control tags was ALLOWED.
+func (x *run) noAllowed(t *testing.T, controls ...string) {
+	t.Helper()
+	for _, tag := range x.tags("ALLOWED") {
+		if !slices.Contains(controls, tag) {
+			_, rest, _ := x.marker(tag)
+			t.Errorf("HOLE? %s was ALLOWED: %s", tag, rest)
+		}
+	}
+}
+
+// allDenied requires every tag denied with one of errnos, and nothing but
+// controls allowed.
+func (x *run) allDenied(t *testing.T, tags []string, errnos []string, controls ...string) {
+	t.Helper()
+	for _, tag := range tags {
+		x.wantDenied(t, tag, errnos...)
+	}
+	x.noAllowed(t, controls...)
+}
+
+// wantFact requires the line "KEY want".
+func (x *run) wantFact(t *testing.T, key, want string) {
+	t.Helper()
+	if got, ok := x.fact(key); !ok || got != want {
+		t.Errorf("%s = %q (present %v), want %q", key, got, ok, want)
+	}
+}
+
+func (x *run) factInt(t *testing.T, key string) int64 {
+	t.Helper()
+	v, ok := x.fact(key)
+	if !ok {
+		t.Errorf("no %s line in stdout", key)
+		return 0
+	}
+	n, err := strconv.ParseInt(strings.Fields(v + " x")[0], 10, 64)
+	if err != nil {
+		t.Errorf("%s = %q, not a number", key, v)
+	}
+	return n
+}
+
+func (x *run) factFloat(t *testing.T, key string) float64 {
+	t.Helper()
+	v, ok := x.fact(key)
+	if !ok {
+		t.Errorf("no %s line in stdout", key)
+		return 0
+	}
+	f, err := strconv.ParseFloat(strings.Fields(v + " x")[0], 64)
+	if err != nil {
+		t.Errorf("%s = %q, not a number", key, v)
+	}
+	return f
+}
+
+// ---------------------------------------------------------------------------
+// After the table.
+
+func afterTable(t *testing.T, prof string, hl *hostListener) {
+	// The service is healthy and runs code in this profile.
+	getOK(t, "/healthz")
+	resp, err := httpClient.Get(baseURL + "/readyz")
+	if err != nil {
+		t.Fatalf("GET /readyz: %v", err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK && prof == strictProfile {
+		t.Errorf("GET /readyz %d after the table", resp.StatusCode)
+	} else if resp.StatusCode != http.StatusOK {
+		t.Logf("GET /readyz %d after the table (it was %s at start-up)", resp.StatusCode, clip(readyBody, 300))
+	}
+	req := execRequest{Language: "python", Code: "print(1)"}
+	if prof != "default" {
+		req.Profile = prof
+	}
+	res, err := rawExec(context.Background(), req, "escape-after-"+prof)
+	if err != nil {
+		t.Fatalf("print(1) after the table: %v", err)
+	}
+	var r execResponse
+	if res.Status != http.StatusOK || json.Unmarshal(res.Body, &r) != nil || r.Status != "ok" || r.Stdout != "1\n" {
+		t.Errorf("print(1) after the table: %d %s", res.Status, clip(res.Body, 1000))
+	}
+	noteExecID(r.ID)
+
+	// Nothing of any run is left on the host.
+	if left := waitHostProcs(2*time.Second, suiteNonce, "300."+suiteNum); len(left) > 0 {
+		t.Errorf("processes started by the attacks are alive on the host: %s", strings.Join(left, "; "))
+	}
+	if left := hostFilesMatching(suiteNonce); len(left) > 0 {
+		t.Errorf("files named by the attacks exist on the host: %s", strings.Join(left, ", "))
+	}
+	if n := hl.accepted.Load(); n != 0 {
+		t.Errorf("HOLE: the host listener (TCP port %d on every host address, abstract socket @%s) accepted %d connection(s) during the table", hl.port, hl.abstract, n)
+	}
+	// Every container of a finished run is gone (idle warm-pool boxes that
+	// never ran code may remain until shutdown).
+	seenMu.Lock()
+	ids := make(map[string]bool, len(seenExecIDs))
+	for k := range seenExecIDs {
+		ids[k] = true
+	}
+	seenMu.Unlock()
+	if left := waitContainers(removalTimeout+5*time.Second, func(c container.Summary) bool { return ids[c.Labels["sandboxd.exec-id"]] }); len(left) > 0 {
+		t.Errorf("%d container(s) of finished runs remain: %s", len(left), strings.Join(left, ", "))
+	}
+}
+
+func allAttacks() []attack {
+	var all []attack
+	for _, set := range [][]attack{syscallAttacks(), netAttacks(), fsAttacks(), limitAttacks(), outputAttacks()} {
+		all = append(all, set...)
+	}
+	return all
+}
+
+// hostDaemonPids lists the pids of the engine's processes on the host.
+func hostDaemonPids() []string {
+	var out []string
+	ents, _ := os.ReadDir("/proc")
+	for _, e := range ents {
+		if _, err := strconv.Atoi(e.Name()); err != nil {
+			continue
+		}
+		b, err := os.ReadFile("/proc/" + e.Name() + "/comm")
+		if err != nil {
+			continue
+		}
+		switch strings.TrimSpace(string(b)) {
+		case "dockerd", "containerd", "containerd-shim", "containerd-shim-runc-v2", "systemd", "sshd", "sandboxd":
+			out = append(out, e.Name())
+		}
+	}
+	if len(out) > 20 {
+		out = out[:20]
+	}
+	return out
+}
+
+func abstractTargets(hl *hostListener) []string {
+	out := hostAbstractSockets()
+	if hl.abstract != "" && !slices.Contains(out, hl.abstract) {
+		out = append(out, hl.abstract)
+	}
+	return out
+}
