@@ -1,0 +1,492 @@
+package egress
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"net/netip"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/sandboxd/sandboxd/egress/hostport"
+	"github.com/sandboxd/sandboxd/egress/netpolicy"
+)
+
+// Code classifies a decision or the outcome of a request, for logs,
+// metrics and status codes. Reason says the same in words.
+type Code string
+
+// Decision codes.
+const (
+	CodeAllowed Code = "allowed"
+
+	// The request cannot be judged: 400.
+	CodeBadURL    Code = "bad_url"
+	CodeBadHost   Code = "bad_host"
+	CodeBadPort   Code = "bad_port"
+	CodeBadMethod Code = "bad_method"
+	CodeUserinfo  Code = "userinfo"
+
+	// Policy: 403.
+	CodeScheme        Code = "scheme_not_allowed"
+	CodeDeniedName    Code = "denied_name"
+	CodeDeniedAddress Code = "denied_address"
+	CodeProxyAddress  Code = "proxy_address"
+	CodeDenyRule      Code = "deny_rule"
+	CodeNoRule        Code = "no_rule"
+	CodePort          Code = "port_not_allowed"
+	CodeMethod        Code = "method_not_allowed"
+	CodeApproval      Code = "approval_required"
+	CodeNoProfile     Code = "no_profile"
+	CodeUnknownClient Code = "unknown_client"
+
+	// Name resolution: 502 and 504.
+	CodeResolve        Code = "resolve_failed"
+	CodeResolveTimeout Code = "resolve_timeout"
+)
+
+// Outcome codes, for what happened to an allowed request (used in logs by
+// the proxy and the browse pipeline).
+const (
+	OutcomeOK            Code = "ok"
+	OutcomeRateLimited   Code = "rate_limited"
+	OutcomeTooMany       Code = "too_many_connections"
+	OutcomeRequestCap    Code = "request_too_large"
+	OutcomeResponseCap   Code = "response_too_large"
+	OutcomeTimeout       Code = "timeout"
+	OutcomeConnectFailed Code = "connect_failed"
+	OutcomeUpstreamError Code = "upstream_error"
+	OutcomeClientGone    Code = "client_gone"
+	OutcomeNotProxy      Code = "not_a_proxy_request"
+	OutcomeProtocol      Code = "protocol_not_supported"
+)
+
+// Status returns the HTTP status a proxy answers a denied request with.
+func (c Code) Status() int {
+	switch c {
+	case CodeAllowed, OutcomeOK:
+		return http.StatusOK
+	case CodeBadURL, CodeBadHost, CodeBadPort, CodeBadMethod, CodeUserinfo, OutcomeNotProxy:
+		return http.StatusBadRequest
+	case CodeResolve, OutcomeConnectFailed, OutcomeUpstreamError, OutcomeResponseCap:
+		return http.StatusBadGateway
+	case CodeResolveTimeout, OutcomeTimeout:
+		return http.StatusGatewayTimeout
+	case OutcomeRateLimited, OutcomeTooMany:
+		return http.StatusTooManyRequests
+	case OutcomeRequestCap:
+		return http.StatusRequestEntityTooLarge
+	case OutcomeProtocol:
+		return http.StatusHTTPVersionNotSupported
+	}
+	return http.StatusForbidden
+}
+
+// BadRequest reports whether the code means the request itself was
+// malformed (as opposed to refused by policy).
+func (c Code) BadRequest() bool { return c.Status() == http.StatusBadRequest }
+
+// Request is what Decide judges.
+type Request struct {
+	// Method is the HTTP method. "CONNECT" makes Target an authority.
+	Method string
+	// Target is an absolute http or https URL, or for CONNECT "host:port".
+	Target string
+	// Client identifies who asks (an exec id, a fetch id), for the log.
+	// It is never taken from anything the sandbox sends.
+	Client string
+}
+
+// Decision is the verdict on one request.
+type Decision struct {
+	// Allow is the verdict: dial Dial, or refuse.
+	Allow bool
+	// Code classifies the verdict; in report mode, what enforce would have
+	// decided (WouldDeny is then true).
+	Code Code
+	// Reason says why, in words a security team can act on.
+	Reason string
+	// Rule names the rule that decided (allow[0], deny[1]:name), if any.
+	Rule string
+	// WouldDeny is set in report mode when enforce would have denied.
+	WouldDeny bool
+
+	Profile        string
+	ProfileVersion string
+	Mode           Mode
+	Client         string
+	Method         string
+	// Scheme is http or https, empty for CONNECT.
+	Scheme string
+	// Host is the normalised host (name or canonical IP), Port the port.
+	Host string
+	Port uint16
+	// HostHeader is the Host header to send upstream.
+	HostHeader string
+	// Addresses are every address the host resolved to (or the literal),
+	// each checked.
+	Addresses []netip.Addr
+	// Dial is the one checked address to connect to; valid only when Allow.
+	Dial netip.AddrPort
+
+	profile *Profile
+}
+
+// Verdict returns "allow" or "deny".
+func (d *Decision) Verdict() string {
+	if d.Allow {
+		return "allow"
+	}
+	return "deny"
+}
+
+// ProfileRef returns the profile the decision was made under (nil for
+// decisions without one).
+func (d *Decision) ProfileRef() *Profile { return d.profile }
+
+// Resolver resolves names; *net.Resolver satisfies it. Tests use a fake:
+// nothing in the tests may query real DNS.
+type Resolver interface {
+	LookupNetIP(ctx context.Context, network, host string) ([]netip.Addr, error)
+}
+
+// DefaultDNSTimeout bounds a lookup when Checker.DNSTimeout is zero.
+const DefaultDNSTimeout = 5 * time.Second
+
+// Checker decides requests. The zero value uses net.DefaultResolver; it is
+// safe for concurrent use.
+type Checker struct {
+	// Resolver resolves names, once per decision (A and AAAA together).
+	Resolver Resolver
+	// DNSTimeout bounds a lookup; zero means DefaultDNSTimeout.
+	DNSTimeout time.Duration
+
+	mu   sync.RWMutex
+	self []netip.AddrPort
+}
+
+// AddSelf records addresses the proxy listens on. A request that would
+// reach one of them is denied (no proxy loops), whatever allow_cidrs says.
+// An unspecified address (0.0.0.0, ::) stands for every address at that
+// port.
+func (c *Checker) AddSelf(addrs ...netip.AddrPort) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, a := range addrs {
+		a = netip.AddrPortFrom(a.Addr().Unmap().WithZone(""), a.Port())
+		if !slices.Contains(c.self, a) {
+			c.self = append(c.self, a)
+		}
+	}
+}
+
+// RemoveSelf forgets addresses recorded by AddSelf.
+func (c *Checker) RemoveSelf(addrs ...netip.AddrPort) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.self = slices.DeleteFunc(c.self, func(x netip.AddrPort) bool {
+		for _, a := range addrs {
+			if netip.AddrPortFrom(a.Addr().Unmap().WithZone(""), a.Port()) == x {
+				return true
+			}
+		}
+		return false
+	})
+}
+
+// isSelf reports whether dialling a:port would reach the proxy itself.
+func (c *Checker) isSelf(a netip.Addr, port uint16) bool {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	for _, s := range c.self {
+		if s.Port() == port && (s.Addr() == a || s.Addr().IsUnspecified()) {
+			return true
+		}
+	}
+	return false
+}
+
+func (c *Checker) resolver() Resolver {
+	if c.Resolver != nil {
+		return c.Resolver
+	}
+	return net.DefaultResolver
+}
+
+// Decide judges one request under profile p. It never connects anywhere.
+// It resolves the host at most once, and only when the rules allow it (or
+// the profile is in report mode): IP literals, malformed hosts and names
+// the rules deny are never looked up.
+//
+// The checks, in order: the method; the URL or authority (only http and
+// https; no userinfo; hosts normalised; IP literals in every spelling
+// recognised); names refused whatever they resolve to (localhost, metadata
+// service names); an IP literal against the always-denied ranges and the
+// proxy's own addresses; deny rules, then allow rules (host, port,
+// method); one lookup, every address checked, any denied address denying
+// the name as a whole; the address to dial (the first IPv4 answer, else
+// the first answer).
+func (c *Checker) Decide(ctx context.Context, p *Profile, req Request) Decision {
+	d := Decision{Client: req.Client, Method: req.Method, profile: p}
+	if p == nil || p.compiled == nil {
+		return d.deny(CodeNoProfile, "", "no compiled egress profile applies to this client; nothing is allowed")
+	}
+	d.Profile, d.ProfileVersion, d.Mode = p.Name, p.Version, p.Mode
+	if !validMethod(req.Method) {
+		return d.deny(CodeBadMethod, "", fmt.Sprintf("method %q is not an HTTP method token", req.Method))
+	}
+	var t hostport.Target
+	if req.Method == http.MethodConnect {
+		hp, err := hostport.ParseAuthority(req.Target)
+		if err != nil {
+			return d.denyParse(err)
+		}
+		t.HostPort = hp
+	} else {
+		var err error
+		if t, err = hostport.ParseURL(req.Target); err != nil {
+			return d.denyParse(err)
+		}
+	}
+	return c.decide(ctx, p, d, t)
+}
+
+// DecideTarget is Decide for a target already normalised by hostport (a
+// CONNECT target has an empty Scheme).
+func (c *Checker) DecideTarget(ctx context.Context, p *Profile, method string, t hostport.Target, client string) Decision {
+	d := Decision{Client: client, Method: method, profile: p}
+	if p == nil || p.compiled == nil {
+		return d.deny(CodeNoProfile, "", "no compiled egress profile applies to this client; nothing is allowed")
+	}
+	d.Profile, d.ProfileVersion, d.Mode = p.Name, p.Version, p.Mode
+	if !validMethod(method) {
+		return d.deny(CodeBadMethod, "", fmt.Sprintf("method %q is not an HTTP method token", method))
+	}
+	return c.decide(ctx, p, d, t)
+}
+
+func (c *Checker) decide(ctx context.Context, p *Profile, d Decision, t hostport.Target) Decision {
+	d.Scheme, d.Host, d.Port = t.Scheme, t.Host, t.Port
+	d.HostHeader = t.HostHeader()
+	if t.Scheme == "" {
+		d.HostHeader = t.Authority()
+	}
+	comp := p.compiled
+
+	if !t.IsIP() {
+		if why, bad := netpolicy.DeniedName(t.Host); bad {
+			return d.deny(CodeDeniedName, "", fmt.Sprintf("host %s is refused by name (%s), whatever it resolves to", t.Host, why))
+		}
+	}
+	if t.IsIP() {
+		v := netpolicy.Check(t.IP, comp.cidrs)
+		d.Addresses = []netip.Addr{v.Addr}
+		if v.Denied {
+			return d.deny(CodeDeniedAddress, "", v.Reason())
+		}
+		if c.isSelf(v.Addr, t.Port) {
+			return d.deny(CodeProxyAddress, "", fmt.Sprintf("%s is the egress proxy's own listening address (a proxy loop)", netip.AddrPortFrom(v.Addr, t.Port)))
+		}
+	}
+
+	code, ruleID, reason := comp.judge(t.Host, t.IsIP(), t.Port, d.Method)
+	d.Rule = ruleID
+	if code != CodeAllowed {
+		if code == CodeNoRule && p.Mode == ModeApprove {
+			code = CodeApproval
+			reason += "; the profile is in approve mode, so the host needs a person's approval (approvals are not available yet, so it stays denied)"
+		}
+		if p.Mode != ModeReport {
+			return d.deny(code, ruleID, reason)
+		}
+		d.WouldDeny, d.Code, d.Reason = true, code, "report mode: allowed, but enforce would deny: "+reason
+	}
+
+	if !t.IsIP() {
+		addrs, code, err := c.lookup(ctx, t.Host)
+		if err != nil {
+			return d.deny(code, d.Rule, err.Error())
+		}
+		d.Addresses = addrs
+		for _, a := range addrs {
+			v := netpolicy.Check(a, comp.cidrs)
+			if v.Denied {
+				msg := fmt.Sprintf("%s resolved to %s; %s", t.Host, joinAddrs(addrs), v.Reason())
+				if len(addrs) > 1 {
+					msg += "; a name with any denied address is denied as a whole"
+				}
+				return d.deny(CodeDeniedAddress, d.Rule, msg)
+			}
+			if c.isSelf(a, t.Port) {
+				return d.deny(CodeProxyAddress, d.Rule, fmt.Sprintf("%s resolved to %s, which includes the egress proxy's own listening address %s (a proxy loop)", t.Host, joinAddrs(addrs), netip.AddrPortFrom(a, t.Port)))
+			}
+		}
+	}
+
+	d.Allow = true
+	d.Dial = netip.AddrPortFrom(pickAddr(d.Addresses), t.Port)
+	if !d.WouldDeny {
+		d.Code = CodeAllowed
+		d.Reason = reason + "; dialling " + d.Dial.String()
+	}
+	return d
+}
+
+func (d Decision) deny(code Code, rule, reason string) Decision {
+	d.Allow, d.WouldDeny, d.Code, d.Rule, d.Reason = false, false, code, rule, reason
+	d.Dial = netip.AddrPort{}
+	return d
+}
+
+func (d Decision) denyParse(err error) Decision {
+	code := CodeBadURL
+	var he *hostport.Error
+	if errors.As(err, &he) {
+		switch he.Kind {
+		case hostport.KindScheme:
+			code = CodeScheme
+		case hostport.KindUserinfo:
+			code = CodeUserinfo
+		case hostport.KindHost:
+			code = CodeBadHost
+		case hostport.KindPort:
+			code = CodeBadPort
+		}
+	}
+	return d.deny(code, "", err.Error())
+}
+
+// lookup resolves host once, A and AAAA, within the DNS timeout.
+func (c *Checker) lookup(ctx context.Context, host string) ([]netip.Addr, Code, error) {
+	timeout := c.DNSTimeout
+	if timeout <= 0 {
+		timeout = DefaultDNSTimeout
+	}
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	raw, err := c.resolver().LookupNetIP(ctx, "ip", host)
+	if err != nil {
+		var de *net.DNSError
+		if errors.Is(err, context.DeadlineExceeded) || (errors.As(err, &de) && de.IsTimeout) {
+			return nil, CodeResolveTimeout, fmt.Errorf("looking up %s timed out after %s; the request fails closed", host, timeout)
+		}
+		return nil, CodeResolve, fmt.Errorf("looking up %s failed: %v", host, err)
+	}
+	var addrs []netip.Addr
+	for _, a := range raw {
+		a = a.Unmap().WithZone("")
+		if a.IsValid() && !slices.Contains(addrs, a) {
+			addrs = append(addrs, a)
+		}
+	}
+	if len(addrs) == 0 {
+		return nil, CodeResolve, fmt.Errorf("%s has no A or AAAA records", host)
+	}
+	return addrs, "", nil
+}
+
+// pickAddr returns the first IPv4 address, else the first address.
+func pickAddr(addrs []netip.Addr) netip.Addr {
+	for _, a := range addrs {
+		if a.Is4() {
+			return a
+		}
+	}
+	return addrs[0]
+}
+
+func joinAddrs(addrs []netip.Addr) string {
+	s := make([]string, len(addrs))
+	for i, a := range addrs {
+		s[i] = a.String()
+	}
+	return strings.Join(s, ", ")
+}
+
+// judge applies the rules to a normalised host, port and method: deny
+// rules first (deny wins), then allow rules. It returns CodeAllowed or why
+// not, the deciding rule and a reason.
+func (c *compiled) judge(host string, isIP bool, port uint16, method string) (Code, string, string) {
+	for _, r := range c.deny {
+		pat, ok := r.matchHost(host, isIP)
+		if ok && r.matchPort(port) && r.matchMethod(method) {
+			return CodeDenyRule, r.id, fmt.Sprintf("host %s matches deny rule %s (pattern %s); deny rules win over allow rules", host, r.id, pat)
+		}
+	}
+	var portMiss, methodMiss *rule
+	for i := range c.allow {
+		r := &c.allow[i]
+		pat, ok := r.matchHost(host, isIP)
+		if !ok {
+			continue
+		}
+		switch {
+		case !r.matchPort(port):
+			if portMiss == nil {
+				portMiss = r
+			}
+		case !r.matchMethod(method):
+			if methodMiss == nil {
+				methodMiss = r
+			}
+		default:
+			return CodeAllowed, r.id, fmt.Sprintf("%s %s port %d matches allow rule %s (pattern %s)", method, host, port, r.id, pat)
+		}
+	}
+	switch {
+	case methodMiss != nil:
+		msg := fmt.Sprintf("method %s is not allowed to %s port %d: rule %s allows %s", method, host, port, methodMiss.id, strings.Join(methodMiss.methods, ", "))
+		if method == http.MethodConnect {
+			msg += " (add CONNECT to the rule's methods to allow HTTPS tunnels)"
+		}
+		return CodeMethod, methodMiss.id, msg
+	case portMiss != nil:
+		return CodePort, portMiss.id, fmt.Sprintf("port %d is not allowed for %s: rule %s allows ports %s", port, host, portMiss.id, portsText(portMiss.ports))
+	case isIP:
+		return CodeNoRule, "", fmt.Sprintf("%s is an IP address; rules match host names only, so no allow rule matches it", host)
+	}
+	return CodeNoRule, "", fmt.Sprintf("host %s matches no allow rule", host)
+}
+
+func (r *rule) matchHost(host string, isIP bool) (string, bool) {
+	if isIP {
+		return "", false
+	}
+	for _, p := range r.patterns {
+		if p.Match(host) {
+			return p.String(), true
+		}
+	}
+	return "", false
+}
+
+func (r *rule) matchPort(port uint16) bool { return r.ports == nil || slices.Contains(r.ports, port) }
+
+func (r *rule) matchMethod(m string) bool { return r.methods == nil || slices.Contains(r.methods, m) }
+
+func portsText(ports []uint16) string {
+	s := make([]string, len(ports))
+	for i, p := range ports {
+		s[i] = strconv.Itoa(int(p))
+	}
+	return strings.Join(s, ", ")
+}
+
+// validMethod reports whether m is an HTTP token of at most 32 bytes.
+func validMethod(m string) bool {
+	if m == "" || len(m) > 32 {
+		return false
+	}
+	for i := 0; i < len(m); i++ {
+		c := m[i]
+		if !(c >= 'A' && c <= 'Z' || c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || strings.IndexByte("!#$%&'*+-.^_`|~", c) >= 0) {
+			return false
+		}
+	}
+	return true
+}
