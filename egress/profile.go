@@ -210,8 +210,11 @@ func (p *Profile) Compile() error {
 	if c.deny, err = compileRules("deny", p.Deny, false); err != nil {
 		return err
 	}
-	if p.Name == NoneName && (len(p.Allow) > 0 || p.Mode != ModeEnforce) {
-		return fieldErr("allow", "profile %q must deny everything: no allow rules and mode enforce (exec profiles use it for \"no network\"); give a profile that allows hosts another name", NoneName)
+	if p.Name == NoneName && len(p.Allow) > 0 {
+		return fieldErr("allow", "profile %q must deny everything: no allow rules (exec profiles use it for \"no network\"); give a profile that allows hosts another name", NoneName)
+	}
+	if p.Name == NoneName && p.Mode != ModeEnforce {
+		return fieldErr("mode", "profile %q must deny everything: mode enforce (exec profiles use it for \"no network\"); give a profile in %s mode another name", NoneName, p.Mode)
 	}
 	for i, s := range p.AllowCIDRs {
 		path := fmt.Sprintf("allow_cidrs[%d]", i)

@@ -8,6 +8,7 @@ import (
 	"math"
 	"reflect"
 	"strings"
+	"time"
 
 	"go.yaml.in/yaml/v3"
 
@@ -112,6 +113,17 @@ func (d *decoder) decodeValue(v *yaml.Node, fv reflect.Value, path string) error
 	if v.Kind == yaml.AliasNode {
 		return d.errf(v.Line, "%s uses a YAML alias (*%s); aliases are not supported, write the value out", path, v.Value)
 	}
+	if fv.Type() == durationType {
+		if v.Kind != yaml.ScalarNode || v.ShortTag() != "!!str" {
+			return d.typeErr(v, path, "a duration such as 5s, 500ms or 2m")
+		}
+		x, err := time.ParseDuration(v.Value)
+		if err != nil {
+			return d.errf(v.Line, "%s is %q, which is not a duration; write it like 5s, 500ms or 2m", path, v.Value)
+		}
+		fv.SetInt(int64(x))
+		return nil
+	}
 	switch fv.Kind() {
 	case reflect.Struct:
 		return d.decodeStruct(v, fv, path)
@@ -142,11 +154,8 @@ func (d *decoder) decodeValue(v *yaml.Node, fv reflect.Value, path string) error
 		}
 		fv.SetFloat(x)
 	case reflect.Slice:
-		if fv.Type().Elem().Kind() != reflect.String {
-			return d.errf(v.Line, "%s: internal error: cannot decode into %s", path, fv.Type())
-		}
 		if v.Kind != yaml.SequenceNode {
-			return d.typeErr(v, path, "a list of strings, such as [numpy, pandas]")
+			return d.typeErr(v, path, listOf(fv.Type().Elem()))
 		}
 		out := reflect.MakeSlice(fv.Type(), 0, len(v.Content))
 		for i, item := range v.Content {
@@ -166,6 +175,23 @@ func (d *decoder) decodeValue(v *yaml.Node, fv reflect.Value, path string) error
 		return d.errf(v.Line, "%s: internal error: cannot decode into %s", path, fv.Type())
 	}
 	return nil
+}
+
+var durationType = reflect.TypeFor[time.Duration]()
+
+// listOf says what a list of t holds, for type errors.
+func listOf(t reflect.Type) string {
+	switch {
+	case t == durationType:
+		return "a list of durations"
+	case t.Kind() == reflect.String:
+		return "a list of strings, such as [numpy, pandas]"
+	case t.Kind() == reflect.Int || t.Kind() == reflect.Int64:
+		return "a list of whole numbers, such as [80, 443]"
+	case t.Kind() == reflect.Struct:
+		return "a list of mappings (each item starts with \"- key: value\")"
+	}
+	return "a list"
 }
 
 func (d *decoder) typeErr(v *yaml.Node, path, want string) *Error {

@@ -12,6 +12,8 @@ import (
 	"reflect"
 	"slices"
 	"strings"
+
+	"github.com/sandboxd/sandboxd/egress"
 )
 
 // DefaultName is the exec profile used when a request names none. Every
@@ -26,6 +28,10 @@ type Set struct {
 	// applied and Version, SeccompJSON and Source set. It always holds
 	// DefaultName. Treat the set as read-only: it is shared by all requests.
 	Exec map[string]*Exec
+	// Egress maps name to compiled egress profile (egress/*.yaml). It
+	// always holds "none" (deny everything), built in when no file
+	// defines it.
+	Egress map[string]*egress.Profile
 }
 
 // Names returns the exec profile names, sorted.
@@ -39,7 +45,7 @@ func (s *Set) Names() []string {
 }
 
 // Load reads and validates the profiles dir: every exec/*.yaml file and the
-// seccomp/*.json files they name. egress/ is not read yet. Files in exec/
+// seccomp/*.json files they name, and egress/*.yaml (see loadEgress). Files in exec/
 // that do not end in .yaml, dot files and sub-directories are skipped;
 // a .yml file is an error, so that a profile is never skipped silently.
 //
@@ -88,6 +94,9 @@ func Load(dir string) (*Set, error) {
 	}
 	if _, ok := set.Exec[DefaultName]; !ok {
 		return nil, &Error{File: execDir, Msg: fmt.Sprintf("no profile named %q; add exec/%s.yaml (requests that name no profile use it)", DefaultName, DefaultName)}
+	}
+	if set.Egress, err = loadEgress(dir, set.Exec); err != nil {
+		return nil, err
 	}
 	return set, nil
 }

@@ -66,6 +66,14 @@ func run(args []string, stdout, stderr io.Writer) int {
 			p := set.Exec[name]
 			fmt.Fprintf(stdout, "%s: exec profile %q ok (version %s)\n", p.Source, name, p.Version[:12])
 		}
+		for _, name := range set.EgressNames() {
+			p := set.Egress[name]
+			src := p.Source
+			if src == "" {
+				src = filepath.Join(args[2], "egress", name+".yaml (absent: built in)")
+			}
+			fmt.Fprintf(stdout, "%s: egress profile %q ok (mode %s, version %s)\n", src, name, p.Mode, p.Version[:12])
+		}
 		return 0
 	case "version", "--version", "-v":
 		fmt.Fprintf(stdout, "sandboxd %s %s %s/%s\n", version, runtime.Version(), runtime.GOOS, runtime.GOARCH)
