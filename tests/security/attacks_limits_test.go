@@ -99,6 +99,7 @@ while True:
     os.fork()
 `,
 			status: "error",
+			strict: &override{status: "killed", check: func(t *testing.T, x *run) {}, why: "under runsc crossing the pids limit ends the whole sandbox (profiles/exec/strict.yaml)"},
 			check: func(t *testing.T, x *run) {
 				if !strings.Contains(x.r.Stderr, "BlockingIOError") && !strings.Contains(x.r.Stderr, "Resource temporarily unavailable") {
 					t.Errorf("stderr does not show fork failing at the pids limit: %q", clip([]byte(x.r.Stderr), 500))
@@ -113,7 +114,8 @@ while True:
 			// the main program ends after 2 s, and the launcher (whose
 			// threads are reserved) still kills the rest promptly.
 			name:   "fork-bomb-persistent",
-			limits: map[string]any{"timeout_ms": 8000},
+			limits: map[string]any{"timeout_ms": 5000},
+			strict: &override{status: "killed", check: func(t *testing.T, x *run) {}, why: "under runsc crossing the pids limit ends the whole sandbox (profiles/exec/strict.yaml)"},
 			code: `
 t0 = time.monotonic()
 main = os.getpid()
@@ -156,6 +158,8 @@ while True:
     threading.Thread(target=f, daemon=True).start()
 `,
 			status: "error",
+			strict: &override{status: "killed", otherStatus: []string{"oom"}, check: func(t *testing.T, x *run) {},
+				why: "under runsc the threads' stacks reach the memory limit or the pids limit ends the sandbox"},
 			check: func(t *testing.T, x *run) {
 				if !strings.Contains(x.r.Stderr, "can't start new thread") {
 					t.Errorf("stderr does not show thread creation failing: %q", clip([]byte(x.r.Stderr), 500))
@@ -180,13 +184,38 @@ say("SURVIVED", len(m))
 			},
 		},
 		{
+			// The kernel's memory cgroup kills it. Near the limit the kernel
+			// first reclaims the interpreter's own file pages (here through
+			// fuse-overlayfs), and on a loaded machine that can stall the
+			// code until the wall clock ends it instead: timeout is
+			// accepted, with a note, as long as the code never got past the
+			// limit (it reports every 16 MiB it holds).
 			name: "memory-bomb-growing-list",
 			code: `
 x = []
 while True:
     x.append(b"x" * (1 << 20))
+    if len(x) % 16 == 0:
+        say("HELD", len(x))
 `,
-			status: "oom",
+			status:      "oom",
+			otherStatus: []string{"timeout"},
+			check: func(t *testing.T, x *run) {
+				held, _ := x.fact("HELD")
+				for _, l := range x.lines {
+					if v, ok := strings.CutPrefix(l, "HELD "); ok {
+						held = v
+					}
+				}
+				var mb int64
+				fmtSscan(held, &mb)
+				if mb > x.r.Limits.MemoryMB {
+					t.Errorf("HOLE: the code held %d MiB under a %d MiB limit", mb, x.r.Limits.MemoryMB)
+				}
+				if x.r.Status == "timeout" {
+					t.Logf("NOTE: the memory bomb ended in timeout after %d ms, not oom: the code stalled at the limit (held %s MiB of %d) until the wall clock", x.r.DurationMS, held, x.r.Limits.MemoryMB)
+				}
+			},
 		},
 		{
 			// Lowering its own OOM score (so the kernel would pick the
@@ -206,8 +235,8 @@ while True:
 				x.wantFact(t, "OOMADJ", "1000")
 			},
 			strict: &override{check: func(t *testing.T, x *run) {
-				x.noAllowed(t)
-			}},
+				x.wantDenied(t, "raise-pid1-oom-score-adj")
+			}, why: "gVisor keeps its own oom_score_adj per task; the host's OOM killer sees the sandbox as a whole"},
 		},
 		{
 			// 8 threads that really run in parallel (hashlib releases the
@@ -217,48 +246,68 @@ while True:
 			code: `
 import threading, hashlib, resource
 buf = b"\0" * (1 << 20)
-stop = time.monotonic() + 2
-def spin():
-    while time.monotonic() < stop:
-        hashlib.sha256(buf).digest()
-ts = [threading.Thread(target=spin) for _ in range(8)]
+def rate(n, secs):
+    counts = [0] * n
+    stop = time.monotonic() + secs
+    def spin(i):
+        while time.monotonic() < stop:
+            hashlib.sha256(buf).digest()
+            counts[i] += 1
+    ts = [threading.Thread(target=spin, args=(i,)) for i in range(n)]
+    for th in ts:
+        th.start()
+    for th in ts:
+        th.join()
+    return sum(counts) / secs
+r1 = rate(1, 0.5)
 t0 = time.monotonic()
-for th in ts:
-    th.start()
-for th in ts:
-    th.join()
-ru = resource.getrusage(resource.RUSAGE_SELF)
+r8 = rate(8, 2)
 say("WALL", "%.3f" % (time.monotonic() - t0))
+r1 = max(r1, rate(1, 0.5))
+ru = resource.getrusage(resource.RUSAGE_SELF)
 say("CPU", "%.3f" % (ru.ru_utime + ru.ru_stime))
-say("NPROC", os.cpu_count())
+say("RATIO", "%.3f" % (r8 / r1))
 `,
 			status: "ok",
 			check:  checkCPUQuota,
+			strict: &override{check: checkCPUQuotaStrict, why: "gVisor reports virtual CPU time; the quota is checked by throughput"},
 		},
 		{
 			name: "cpu-spin-processes",
 			code: `
 import resource
-stop = time.monotonic() + 2
+def rate(n, secs):
+    stop = time.monotonic() + secs
+    r, w = os.pipe()
+    pids = []
+    for _ in range(n):
+        pid = os.fork()
+        if pid == 0:
+            c = 0
+            while time.monotonic() < stop:
+                c += 1
+            os.write(w, b"%d\n" % c)
+            os._exit(0)
+        pids.append(pid)
+    for pid in pids:
+        os.waitpid(pid, 0)
+    os.close(w)
+    total = sum(int(l) for l in os.read(r, 65536).split())
+    os.close(r)
+    return total / secs
+r1 = rate(1, 0.5)
 t0 = time.monotonic()
-pids = []
-for _ in range(8):
-    pid = os.fork()
-    if pid == 0:
-        n = 0
-        while time.monotonic() < stop:
-            n += 1
-        os._exit(0)
-    pids.append(pid)
-for pid in pids:
-    os.waitpid(pid, 0)
+r8 = rate(8, 2)
+say("WALL", "%.3f" % (time.monotonic() - t0))
+r1 = max(r1, rate(1, 0.5))
 ru = resource.getrusage(resource.RUSAGE_CHILDREN)
 me = resource.getrusage(resource.RUSAGE_SELF)
-say("WALL", "%.3f" % (time.monotonic() - t0))
 say("CPU", "%.3f" % (ru.ru_utime + ru.ru_stime + me.ru_utime + me.ru_stime))
+say("RATIO", "%.3f" % (r8 / r1))
 `,
 			status: "ok",
 			check:  checkCPUQuota,
+			strict: &override{check: checkCPUQuotaStrict, why: "gVisor reports virtual CPU time; the quota is checked by throughput"},
 		},
 		{
 			// A daemon (double fork + setsid, output closed) that outlives
@@ -337,16 +386,28 @@ say("WOKE")
 			},
 		},
 		{
-			// kill(-1, SIGKILL) reaches every process the code may signal,
-			// itself included, but not the launcher (the namespace's init).
+			// kill(-1, SIGKILL) reaches every process the code may signal:
+			// on Linux not the caller itself and not the namespace's init
+			// (the launcher). The code then kills itself; the launcher
+			// reports that.
 			name: "kill-minus-one",
 			code: `
+kids = []
+for _ in range(3):
+    pid = os.fork()
+    if pid == 0:
+        time.sleep(60)
+        os._exit(0)
+    kids.append(pid)
 say("BEFORE")
 try:
-    os.kill(1, 9)
+    os.kill(-1, 9)
+    say("KILL-MINUS-ONE", "sent")
 except OSError as e:
-    say("KILL1", ename(e.errno))
-os.kill(-1, 9)
+    say("KILL-MINUS-ONE", ename(e.errno))
+say("KIDS", " ".join(str(os.waitpid(p, 0)[1] & 0x7f) for p in kids))
+say("CALLER-SURVIVED")
+os.kill(os.getpid(), 9)
 say("AFTER")
 `,
 			status: "killed",
@@ -354,8 +415,12 @@ say("AFTER")
 				if x.r.Signal != "SIGKILL" || x.r.ExitCode != 137 {
 					t.Errorf("signal %q exit_code %d, want SIGKILL 137", x.r.Signal, x.r.ExitCode)
 				}
-				if !strings.Contains(x.r.Stdout, "BEFORE") || strings.Contains(x.r.Stdout, "AFTER") {
-					t.Errorf("stdout %q, want BEFORE and not AFTER", x.r.Stdout)
+				x.wantFact(t, "KIDS", "9 9 9")
+				if strings.Contains(x.r.Stdout, "AFTER") {
+					t.Errorf("stdout %q: the code outlived its own SIGKILL", x.r.Stdout)
+				}
+				if _, ok := x.fact("CALLER-SURVIVED"); ok {
+					t.Logf("NOTE: kill(-1, SIGKILL) spared the caller (Linux semantics); the code's own SIGKILL ended it")
 				}
 			},
 		},
@@ -395,9 +460,14 @@ func checkCPUQuota(t *testing.T, x *run) {
 	if float64(used) > bound {
 		t.Errorf("HOLE: usage %d ms CPU in %d ms wall: above %gx the %g-CPU quota", used, x.r.DurationMS, cpuQuotaSlack, cpus)
 	}
-	wall, cpu := x.factFloat(t, "WALL"), x.factFloat(t, "CPU")
-	if cpu > wall*cpus*cpuQuotaSlack+0.05 {
-		t.Errorf("HOLE: the code measured %.3f s CPU in %.3f s: above the quota", cpu, wall)
+	wall := x.factFloat(t, "WALL")
+	if r, ok := x.fact("RATIO"); ok {
+		var ratio float64
+		fmtSscan(r, &ratio)
+		t.Logf("work in 8 at once / work in 1 alone: %.2f", ratio)
+		if ratio > 1.6 {
+			t.Errorf("HOLE: 8 at once did %.2fx the work of one under a %g-CPU quota", ratio, cpus)
+		}
 	}
 	if wall < 1.9 {
 		t.Errorf("WALL %.3f: the spin did not last its 2 s", wall)
@@ -423,3 +493,24 @@ func lastFact(x *run, key, def string) string {
 }
 
 func fmtSscan(s string, args ...any) (int, error) { return fmt.Sscan(s, args...) }
+
+// checkCPUQuotaStrict checks the quota by work done: under gVisor the CPU
+// time the sandbox reports is virtual (it counts time a task was on a
+// virtual CPU, throttled or not), so the code compares its hashing rate in
+// 8 threads to that of 1 thread alone, both under the same quota. With the
+// quota holding, 8 threads do no more work than one.
+func checkCPUQuotaStrict(t *testing.T, x *run) {
+	t.Helper()
+	t.Logf("NOTE (gVisor): usage says %d ms CPU in %d ms of wall time with cpus=%g (virtual time)", x.r.Usage.UserCPUMS+x.r.Usage.SysCPUMS, x.r.DurationMS, x.r.Limits.CPUs)
+	if wall := x.factFloat(t, "WALL"); wall < 1.9 {
+		t.Errorf("WALL %.3f: the spin did not last its 2 s", wall)
+	}
+	if r, ok := x.fact("RATIO"); ok {
+		var ratio float64
+		fmtSscan(r, &ratio)
+		t.Logf("work in 8 threads / work in 1 thread: %.2f", ratio)
+		if ratio > 1.6 {
+			t.Errorf("HOLE: 8 threads did %.2fx the work of one under a %g-CPU quota", ratio, x.r.Limits.CPUs)
+		}
+	}
+}

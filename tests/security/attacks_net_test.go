@@ -48,12 +48,13 @@ if not isolated():
     sys.exit(0)
 `
 
-// unreachable requires every DENIED line whose tag starts with prefix to be
-// ENETUNREACH within 1 s, at least min of them, and none ALLOWED.
+// unreachable requires every DENIED line whose tag starts with prefix to
+// fail with "no route" within 1 s, at least min of them, and none ALLOWED.
 func (x *run) unreachable(t *testing.T, prefix string, min int, errnos ...string) {
 	t.Helper()
 	if len(errnos) == 0 {
-		errnos = []string{"ENETUNREACH"}
+		// No route: Linux says ENETUNREACH, gVisor EHOSTUNREACH.
+		errnos = []string{"ENETUNREACH", "EHOSTUNREACH"}
 	}
 	n := 0
 	for _, l := range x.lines {

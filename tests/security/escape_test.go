@@ -18,6 +18,8 @@ import (
 	"time"
 
 	"github.com/docker/docker/api/types/container"
+
+	"github.com/sandboxd/sandboxd/profiles"
 )
 
 // An attack is one Python program and what must come of it.
@@ -32,7 +34,9 @@ import (
 // tries to create outside the sandbox), {{NONCENUM}} (the same as digits),
 // {{PORT}} (sandboxd's port), {{HOSTADDRS}}, {{HOSTPORT}}, {{ABSTRACT}}
 // (Python literals: the host's own addresses, a port the suite listens on
-// on every host address, the host's abstract unix socket names).
+// on every host address, the host's abstract unix socket names),
+// {{HOSTPIDS}} (pids of the engine's processes on the host), {{MAXFILE}},
+// {{MAXTOTAL}}, {{MAXCOUNT}} (the profile's caps on returned files).
 type attack struct {
 	name   string
 	code   string
@@ -55,14 +59,16 @@ type attack struct {
 // override is the part of an attack's expectation that differs under the
 // strict (gVisor) profile.
 type override struct {
-	status string                      // "" keeps the attack's status
-	check  func(t *testing.T, x *run) // nil keeps the attack's check
-	why    string
+	status      string   // "" keeps the attack's status (and otherStatus)
+	otherStatus []string // with status: further right statuses
+	check       func(t *testing.T, x *run) // nil keeps the attack's check
+	why         string
 }
 
 // run is one attack's exchange.
 type run struct {
 	profile  string
+	prof     *profiles.Exec
 	nonce    string
 	nonceNum string
 	req      execRequest
@@ -254,11 +260,18 @@ func runAttack(t *testing.T, prof string, a attack, subst map[string]string) {
 	n := runCounter.Add(1)
 	x := &run{
 		profile:  prof,
+		prof:     profSet.Exec[prof],
 		nonce:    fmt.Sprintf("%s-%d", suiteNonce, n),
 		nonceNum: fmt.Sprintf("%s%04d", suiteNum, n),
 	}
 	code := pyPrelude + a.code
-	repl := []string{"{{NONCE}}", x.nonce, "{{NONCENUM}}", x.nonceNum}
+	if x.prof == nil {
+		t.Fatalf("profile %q is not in %s/profiles", prof, moduleRoot)
+	}
+	repl := []string{"{{NONCE}}", x.nonce, "{{NONCENUM}}", x.nonceNum,
+		"{{MAXFILE}}", strconv.FormatInt(x.prof.Files.MaxOutputFileBytes, 10),
+		"{{MAXTOTAL}}", strconv.FormatInt(x.prof.Files.MaxOutputTotalBytes, 10),
+		"{{MAXCOUNT}}", strconv.Itoa(x.prof.Files.MaxOutputCount)}
 	for k, v := range subst {
 		repl = append(repl, k, v)
 	}
@@ -303,7 +316,7 @@ func runAttack(t *testing.T, prof string, a attack, subst map[string]string) {
 	status, check, others := a.status, a.check, a.otherStatus
 	if prof == strictProfile && a.strict != nil {
 		if a.strict.status != "" {
-			status, others = a.strict.status, nil
+			status, others = a.strict.status, a.strict.otherStatus
 		}
 		if a.strict.check != nil {
 			check = a.strict.check

@@ -37,6 +37,7 @@ import (
 	"github.com/docker/docker/api/types/filters"
 	"github.com/docker/docker/client"
 
+	"github.com/sandboxd/sandboxd/profiles"
 	"github.com/sandboxd/sandboxd/runner"
 )
 
@@ -80,6 +81,9 @@ var (
 		"GITHUB_TOKEN":          "canary-gh-" + randHex(10),
 	}
 	readyBody []byte // the last /readyz answer
+	// profSet is the repository's profiles, as the server loads them: the
+	// checks use each profile's caps.
+	profSet *profiles.Set
 	execSem   = make(chan struct{}, maxConcurrentExecs)
 
 	seenMu      sync.Mutex
@@ -120,6 +124,10 @@ func runMain(m *testing.M) (code int) {
 		if err != nil {
 			return fatalf("the Docker engine does not answer (%v); the escape suite needs it", err)
 		}
+	}
+
+	if profSet, err = profiles.Load(filepath.Join(moduleRoot, "profiles")); err != nil {
+		return fatalf("loading %s/profiles: %v", moduleRoot, err)
 	}
 
 	bin := filepath.Join(tmp, "sandboxd")

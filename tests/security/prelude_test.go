@@ -33,7 +33,7 @@ NR = dict(ptrace=101, mount=165, umount2=166, pivot_root=155, chroot=161,
     get_mempolicy=239, migrate_pages=256, move_pages=279, vhangup=153,
     sethostname=170, setdomainname=171, adjtimex=159, clock_adjtime=305,
     uselib=134, nfsservctl=180, create_module=174, get_kernel_syms=177,
-    query_module=178)
+    query_module=178, ioprio_set=251)
 if platform.machine() != "x86_64":
     say("ARCH", platform.machine())
 
