@@ -44,7 +44,7 @@ with open("/sandbox/out/after.txt", "w") as f:
 				for _, c := range []struct {
 					key  string
 					size int64
-				}{{"FULL-sandbox", tmpfs}, {"FULL-tmp", tmpfs}, {"FULL-shm", 16}} {
+				}{{"FULL-sandbox", tmpfs}, {"FULL-tmp", tmpfs}, {"FULL-shm", x.prof.ShmMB}} {
 					v, _ := x.fact(c.key)
 					var errno string
 					var mb int64
