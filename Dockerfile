@@ -1,9 +1,10 @@
 # sandboxd service image, built by `make docker` as sandboxd/sandboxd:dev.
 #
 # There is no golang image without a registry, so the static binary is built
-# on the host (`make docker` runs `CGO_ENABLED=0 go build -o bin/sandboxd
-# ./cmd/sandboxd` first) and copied in; .dockerignore limits the context to
-# bin/sandboxd and profiles/ (without *.go).
+# on the host (`make docker` runs `make sandboxd` first: a cgo build linked
+# statically with glibc and libseccomp, see the Makefile) and copied in;
+# .dockerignore limits the context to bin/sandboxd and profiles/ (without
+# *.go).
 #
 # BASE defaults to the local Debian bookworm base that `make image` imports
 # with mmdebstrap. With a registry, any Debian-like base works:

@@ -52,6 +52,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 	switch args[0] {
 	case "serve":
 		return serve(args[1:], stderr)
+	case "seccomp":
+		return seccompCmd(args[1:], stdout, stderr)
 	case "profiles":
 		if len(args) != 3 || args[1] != "check" {
 			fmt.Fprint(stderr, "usage: sandboxd profiles check DIR\n")

@@ -1,0 +1,15 @@
+//go:build !cgo
+
+package main
+
+import (
+	"fmt"
+	"io"
+)
+
+// seccompCmd needs libseccomp, which needs cgo: this binary was built
+// without it.
+func seccompCmd(args []string, stdout, stderr io.Writer) int {
+	fmt.Fprintln(stderr, "sandboxd seccomp: this binary was built without cgo, so without libseccomp; build it with `make build` (CGO_ENABLED=1 and libseccomp-dev)")
+	return 1
+}
