@@ -4,6 +4,7 @@ go 1.26.8
 
 require (
 	github.com/docker/docker v28.5.2+incompatible
+	github.com/elazarl/goproxy v1.9.3
 	github.com/google/uuid v1.6.0
 	github.com/labstack/echo/v4 v4.16.0
 	github.com/moby/profiles/seccomp v0.3.0

@@ -490,3 +490,22 @@ func validMethod(m string) bool {
 	}
 	return true
 }
+
+// Refuse returns a denial of req under p (which may be nil) with code and
+// reason, filled in as far as req parses, for the log line of a request
+// refused before any decision (an unknown client, a rate limit). It never
+// resolves anything.
+func Refuse(p *Profile, req Request, code Code, reason string) Decision {
+	d := Decision{Client: req.Client, Method: req.Method, profile: p}
+	if p != nil {
+		d.Profile, d.ProfileVersion, d.Mode = p.Name, p.Version, p.Mode
+	}
+	if req.Method == http.MethodConnect {
+		if hp, err := hostport.ParseAuthority(req.Target); err == nil {
+			d.Host, d.Port = hp.Host, hp.Port
+		}
+	} else if t, err := hostport.ParseURL(req.Target); err == nil {
+		d.Scheme, d.Host, d.Port = t.Scheme, t.Host, t.Port
+	}
+	return d.deny(code, "", reason)
+}

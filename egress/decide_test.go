@@ -11,6 +11,7 @@ import (
 
 	"github.com/sandboxd/sandboxd/egress"
 	"github.com/sandboxd/sandboxd/egress/egresstest"
+	"github.com/sandboxd/sandboxd/egress/netpolicy"
 )
 
 // The allowlist of the reference cases: allowed.com and *.mirror.test on
@@ -437,4 +438,79 @@ func TestCodeStatus(t *testing.T) {
 			t.Errorf("%s.Status() = %d, want %d", code, got, want)
 		}
 	}
+}
+
+// staticResolver answers from a map without recording anything.
+type staticResolver map[string][]netip.Addr
+
+func (r staticResolver) LookupNetIP(_ context.Context, _, host string) ([]netip.Addr, error) {
+	return r[host], nil
+}
+
+// BenchmarkDecide measures the decision time per request, with a resolver
+// that answers from memory (so the numbers are the rules and checks alone).
+func BenchmarkDecide(b *testing.B) {
+	p := testProfile(b)
+	c := &egress.Checker{Resolver: staticResolver{
+		"allowed.com":     {netip.MustParseAddr("93.184.216.34"), netip.MustParseAddr("2606:2800:220:1::1")},
+		"www.mirror.test": {netip.MustParseAddr("93.184.216.35")},
+	}}
+	cases := []struct{ name, method, target string }{
+		{"allow exact name", "GET", "https://allowed.com/index.html"},
+		{"allow wildcard", "GET", "http://www.mirror.test/pool/main/x.deb"},
+		{"allow CONNECT", "CONNECT", "allowed.com:443"},
+		{"allow IDN spelling", "GET", "http://ＡＬＬＯＷＥＤ.com./"},
+		{"deny no rule", "GET", "https://evil.example/"},
+		{"deny metadata literal", "GET", "http://0xa9fea9fe/"},
+		{"deny userinfo", "GET", "http://allowed.com@evil.example/"},
+	}
+	ctx := context.Background()
+	for _, tc := range cases {
+		b.Run(tc.name, func(b *testing.B) {
+			req := egress.Request{Method: tc.method, Target: tc.target, Client: "ex_bench"}
+			b.ReportAllocs()
+			for b.Loop() {
+				c.Decide(ctx, p, req)
+			}
+		})
+	}
+}
+
+// FuzzDecide checks the decision function's invariants on any method and
+// target: an allowed request dials one of its checked addresses, never an
+// always-denied one, on the port asked for, for a host an allow rule names;
+// a denied one dials nothing and says why.
+func FuzzDecide(f *testing.F) {
+	for _, tc := range bypassCases {
+		m := tc.method
+		if m == "" {
+			m = "GET"
+		}
+		f.Add(m, tc.target)
+	}
+	p := testProfile(f)
+	res := testResolver()
+	c := &egress.Checker{}
+	allowed := []string{"allowed.com", "www.mirror.test", "deep.a.mirror.test", "xn--bcher-kva.example"}
+	f.Fuzz(func(t *testing.T, method, target string) {
+		c.Resolver = res
+		d := c.Decide(context.Background(), p, egress.Request{Method: method, Target: target})
+		if !d.Allow {
+			if d.Dial.IsValid() || d.Reason == "" || d.Code == egress.CodeAllowed {
+				t.Fatalf("denied %s %q: dial %v code %s reason %q", method, target, d.Dial, d.Code, d.Reason)
+			}
+			return
+		}
+		if !slices.Contains(d.Addresses, d.Dial.Addr()) || d.Dial.Port() != d.Port {
+			t.Fatalf("allowed %s %q dials %v, not a checked address of %v port %d", method, target, d.Dial, d.Addresses, d.Port)
+		}
+		for _, a := range d.Addresses {
+			if v := netpolicy.Check(a, nil); v.Denied {
+				t.Fatalf("allowed %s %q with an always-denied address: %s", method, target, v.Reason())
+			}
+		}
+		if !slices.Contains(allowed, d.Host) || d.Code != egress.CodeAllowed {
+			t.Fatalf("allowed %s %q for host %q (%s)", method, target, d.Host, d.Reason)
+		}
+	})
 }
