@@ -2,7 +2,7 @@ package security
 
 // pyPrelude is put before every attack's code: marker printers, a raw
 // syscall helper through ctypes (x86_64 numbers) and a write probe.
-const pyPrelude = `import ctypes, errno as _errno, os, platform, sys, time
+const pyPrelude = `import ctypes, errno as _errno, os, sys, time
 _libc = ctypes.CDLL(None, use_errno=True)
 _libc.syscall.restype = ctypes.c_long
 
@@ -34,8 +34,8 @@ NR = dict(ptrace=101, mount=165, umount2=166, pivot_root=155, chroot=161,
     sethostname=170, setdomainname=171, adjtimex=159, clock_adjtime=305,
     uselib=134, nfsservctl=180, create_module=174, get_kernel_syms=177,
     query_module=178, ioprio_set=251)
-if platform.machine() != "x86_64":
-    say("ARCH", platform.machine())
+if os.uname().machine != "x86_64":
+    say("ARCH", os.uname().machine)
 
 def _arg(a):
     return ctypes.c_long(a) if isinstance(a, int) else a
