@@ -21,6 +21,7 @@ import (
 
 	"github.com/sandboxd/sandboxd/admit"
 	"github.com/sandboxd/sandboxd/auth"
+	"github.com/sandboxd/sandboxd/egress"
 	"github.com/sandboxd/sandboxd/profiles"
 	"github.com/sandboxd/sandboxd/runner"
 )
@@ -44,6 +45,9 @@ type Config struct {
 	// MaxBodyBytes caps a request body; a larger one is refused with 400.
 	MaxBodyBytes int64
 	Version      string
+	// Resolver resolves names for POST /profiles/{name}/evaluate; nil
+	// means the system resolver. Tests use a fake (egress/egresstest).
+	Resolver egress.Resolver
 }
 
 // Server serves the HTTP API.
@@ -74,6 +78,7 @@ func New(cfg Config) *Server {
 	e.GET("/healthz", s.healthz)
 	e.GET("/readyz", s.readyz)
 	e.POST("/exec", s.exec, s.authenticate(auth.RoleAgent))
+	s.egressRoutes(e)
 	s.echo = e
 	return s
 }

@@ -29,10 +29,13 @@ const (
 	RoleAgent = "agent"
 	// RoleAdmin may do everything, and so holds every role.
 	RoleAdmin = "admin"
+	// RoleSecurity may read the loaded profiles and evaluate egress
+	// decisions (GET /profiles, POST /profiles/{name}/evaluate).
+	RoleSecurity = "security"
 )
 
 // knownRoles lists the roles a keys file may grant, sorted.
-var knownRoles = []string{RoleAdmin, RoleAgent}
+var knownRoles = []string{RoleAdmin, RoleAgent, RoleSecurity}
 
 // KeyPrefix starts every key that Generate makes, so that a leaked key is
 // easy to recognise (e.g. by secret scanners).

@@ -260,7 +260,7 @@ func (p *parser) roles(where string, v *yaml.Node, entryLine int) ([]string, err
 			return nil, p.errf(r.Line, "roles of %s must be strings, got %s", where, describe(r))
 		}
 		if !slices.Contains(knownRoles, r.Value) {
-			return nil, p.errf(r.Line, "role %q of %s is unknown; allowed roles: %s (agent: exec and fetch; admin: everything)", r.Value, where, allowed)
+			return nil, p.errf(r.Line, "role %q of %s is unknown; allowed roles: %s (agent: exec and fetch; security: profiles and egress evaluation; admin: everything)", r.Value, where, allowed)
 		}
 		if !slices.Contains(roles, r.Value) {
 			roles = append(roles, r.Value)

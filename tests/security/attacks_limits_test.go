@@ -307,13 +307,17 @@ say("RATIO", "%.3f" % (r8 / r1))
 `,
 			status: "ok",
 			check:  checkCPUQuota,
-			strict: &override{status: "ok", otherStatus: []string{"timeout"}, check: func(t *testing.T, x *run) {
-				if x.r.Status == "timeout" {
+			strict: &override{status: "ok", otherStatus: []string{"timeout", "killed"}, check: func(t *testing.T, x *run) {
+				switch x.r.Status {
+				case "timeout":
 					t.Logf("NOTE (gVisor): 8 forks and the spin did not fit the 5 s limit at half a CPU (the 8-way phase took %s s)", factOr(x, "WALL"))
+					return
+				case "killed":
+					t.Logf("NOTE (gVisor): the sandbox ended without a report after %d ms with 10 processes (%q): the host pids limit counts gVisor's own tasks", x.r.DurationMS, x.r.Message)
 					return
 				}
 				checkCPUQuotaStrict(t, x)
-			}, why: "gVisor reports virtual CPU time; the quota is checked by throughput; forks are slow in the sentry"},
+			}, why: "gVisor reports virtual CPU time, so the quota is checked by throughput; forks are slow in the sentry, and the host pids limit counts gVisor's tasks"},
 		},
 		{
 			// A daemon (double fork + setsid, output closed) that outlives
