@@ -16,6 +16,8 @@
 
 GO ?= go
 IMAGE ?= sandboxd/python:3.11
+# The data image: numpy, pandas and matplotlib from Debian, for the data profile.
+DATA_IMAGE ?= sandboxd/python-data:3.11
 BASE_REPO ?= sandboxd/bookworm-python
 # Base of the sandboxd service image. Default: the local Debian base that
 # `make image` imports; with a registry e.g. BASE=debian:bookworm-slim.
@@ -75,11 +77,12 @@ cgo-deps:
 	$$sudo apt-get install -y -q gcc libc6-dev pkg-config libseccomp-dev || \
 		{ $$sudo apt-get update -q && $$sudo apt-get install -y -q gcc libc6-dev pkg-config libseccomp-dev; }
 
-
 build: sandboxd launcher
 
 image: launcher
 	IMAGE='$(IMAGE)' BASE_REPO='$(BASE_REPO)' LAUNCHER='$(CURDIR)/$(LAUNCHER)' FORCE='$(FORCE)' bash images/build.sh
+	IMAGE='$(DATA_IMAGE)' BASE_REPO='$(BASE_REPO)-data' LAUNCHER='$(CURDIR)/$(LAUNCHER)' FORCE='$(FORCE)' \
+		EXTRA_PACKAGES=images/data/packages EXTRA_SMOKE='import numpy, pandas, importlib.util; assert importlib.util.find_spec("matplotlib")' bash images/build.sh
 
 # Idempotent: installs runsc only when missing, and edits daemon.json and
 # reloads the engine only when the runsc entry is not as wanted.

@@ -22,6 +22,9 @@
 #   LAUNCHER         static launcher binary (default: <repo>/bin/sandboxd-launcher)
 #   IMAGE            final image reference (default: sandboxd/python:3.11)
 #   BASE_REPO        base image repository (default: sandboxd/bookworm-python)
+#   EXTRA_PACKAGES   a second package list for a larger image (make image
+#                    builds sandboxd/python-data:3.11 with images/data/packages)
+#   EXTRA_SMOKE      Python code the smoke test also runs (e.g. the imports)
 #   FORCE=1          rebuild base and final image even if up to date (also
 #                    the way to pick up new Debian security updates)
 #   MMDEBSTRAP_MODE  mmdebstrap --mode (default: unshare as root, see base/mkrootfs.sh)
@@ -31,6 +34,13 @@ images_dir="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 repo_dir="$(cd "$images_dir/.." && pwd)"
 
 IMAGE="${IMAGE:-sandboxd/python:3.11}"
+EXTRA_PACKAGES="${EXTRA_PACKAGES:-}"
+EXTRA_SMOKE="${EXTRA_SMOKE:-}"
+if [[ -n "$EXTRA_PACKAGES" ]]; then
+	EXTRA_PACKAGES="$(cd "$(dirname "$EXTRA_PACKAGES")" && pwd)/$(basename "$EXTRA_PACKAGES")"
+	[[ -f "$EXTRA_PACKAGES" ]] || { echo "build.sh: EXTRA_PACKAGES file $EXTRA_PACKAGES not found" >&2; exit 1; }
+	export EXTRA_PACKAGES
+fi
 BASE_REPO="${BASE_REPO:-sandboxd/bookworm-python}"
 LAUNCHER="${LAUNCHER:-$repo_dir/bin/sandboxd-launcher}"
 FORCE="${FORCE:-}"
@@ -85,6 +95,7 @@ base_hash="$(
 	{
 		echo "sandboxd-base-recipe v1"
 		find . -type f ! -name '*~' ! -name '.*' -print0 | LC_ALL=C sort -z | xargs -0 sha256sum
+		if [[ -n "$EXTRA_PACKAGES" ]]; then echo "extra $(sha256sum <"$EXTRA_PACKAGES")"; fi
 	} | sha256sum | cut -d' ' -f1
 )"
 base_ref="$BASE_REPO:${base_hash:0:12}"
@@ -92,8 +103,8 @@ base_ref="$BASE_REPO:${base_hash:0:12}"
 launcher_sha="$(sha256 "$LAUNCHER")"
 dockerfile="$images_dir/python/Dockerfile"
 final_hash="$(
-	printf 'sandboxd-python-recipe v1\nbase %s\ndockerfile %s\nbuild.sh %s\nlauncher %s\n' \
-		"$base_hash" "$(sha256 "$dockerfile")" "$(sha256 "$images_dir/build.sh")" "$launcher_sha" |
+	printf 'sandboxd-python-recipe v1\nbase %s\ndockerfile %s\nbuild.sh %s\nlauncher %s\nsmoke %s\n' \
+		"$base_hash" "$(sha256 "$dockerfile")" "$(sha256 "$images_dir/build.sh")" "$launcher_sha" "$EXTRA_SMOKE" |
 		sha256sum | cut -d' ' -f1
 )"
 
@@ -219,6 +230,7 @@ smoke='import json, csv, sqlite3, hashlib, ssl, decimal, zlib, base64, bz2, lzma
 assert os.getuid() == 65534 and os.getcwd() == "/sandbox", (os.getuid(), os.getcwd())
 assert os.access("/usr/local/bin/sandboxd-launcher", os.X_OK), "launcher not executable"
 zoneinfo.ZoneInfo("UTC")
+'"$EXTRA_SMOKE"'
 print("ok")'
 out="$(docker run --rm --network none --read-only --user 65534:65534 "$new_id" python3 -c "$smoke" 2>&1)" ||
 	reject "smoke test failed: $out"

@@ -60,3 +60,54 @@ func TestWaitingInterpreterSyntaxErrorAndExitCodes(t *testing.T) {
 		t.Errorf("SystemExit('bye'): exit %d stderr %q", r.ExitCode, r.Stderr)
 	}
 }
+
+// The waiting interpreter's quick exit keeps what a plain exit does: atexit
+// handlers run, non-daemon threads finish, files left open are flushed.
+func TestWaitingInterpreterExitKeepsPythonSemantics(t *testing.T) {
+	t.Parallel()
+	c := newTC(t)
+	r, res := c.exec(py(`import atexit, threading, time, sys
+atexit.register(lambda: print("atexit ran"))
+def late():
+    time.sleep(0.3)
+    print("thread finished")
+threading.Thread(target=late).start()
+f = open("/sandbox/out/unclosed.txt", "w")
+f.write("written but never closed")
+sys.stdout.write("no newline at the end")
+`))
+	if r.Status != "ok" || !strings.Contains(r.Stdout, "thread finished") || !strings.Contains(r.Stdout, "atexit ran") || !strings.Contains(r.Stdout, "no newline at the end") {
+		t.Errorf("status %s stdout %q\n%s", r.Status, r.Stdout, res)
+	}
+	if f := r.file("unclosed.txt"); f == nil || string(unb64(t, f.Content)) != "written but never closed" {
+		t.Errorf("the file the code left open was not flushed: %+v", r.Files)
+	}
+}
+
+// The data profile's interpreter has numpy, pandas and matplotlib imported
+// before the code starts, and a plot can be saved and returned.
+func TestDataProfilePreloads(t *testing.T) {
+	t.Parallel()
+	c := newTC(t)
+	req := py(`import sys
+print(all(m in sys.modules for m in ("numpy", "pandas", "matplotlib.pyplot")))
+import pandas as pd
+import matplotlib.pyplot as plt
+df = pd.DataFrame({"a": [1, 2, 3]})
+print(int(df["a"].sum()))
+plt.plot(df["a"])
+plt.savefig("/sandbox/out/plot.png")
+`)
+	req.Profile = "data"
+	r, res := c.exec(req)
+	if r.Status != "ok" || r.Stdout != "True\n6\n" {
+		t.Fatalf("status %s stdout %q stderr %q\n%s", r.Status, r.Stdout, r.Stderr, res)
+	}
+	png := r.file("plot.png")
+	if png == nil || !strings.HasPrefix(string(unb64(t, png.Content)), "\x89PNG") {
+		t.Fatalf("no PNG came back: %+v", r.Files)
+	}
+	if strings.Contains(r.Stderr, "Matplotlib") {
+		t.Errorf("matplotlib complained (font cache?): %q", r.Stderr)
+	}
+}

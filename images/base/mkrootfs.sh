@@ -36,7 +36,9 @@ fi
 echo "mkrootfs: mmdebstrap mode $MMDEBSTRAP_MODE" >&2
 
 # Package list: strip comments/blank lines, join with commas.
-include="$(sed -e 's/#.*//' -e 's/[[:space:]]//g' -e '/^$/d' "$here/packages" | paste -sd, -)"
+# EXTRA_PACKAGES names a second list (e.g. images/data/packages) for a
+# larger image built the same way.
+include="$(cat "$here/packages" ${EXTRA_PACKAGES:+"$EXTRA_PACKAGES"} | sed -e 's/#.*//' -e 's/[[:space:]]//g' -e '/^$/d' | paste -sd, -)"
 [[ -n "$include" ]] || { echo "mkrootfs: empty package list" >&2; exit 1; }
 
 # Carry over the few host apt settings that decide whether the host's own
