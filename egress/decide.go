@@ -64,6 +64,7 @@ const (
 	OutcomeClientGone    Code = "client_gone"
 	OutcomeNotProxy      Code = "not_a_proxy_request"
 	OutcomeProtocol      Code = "protocol_not_supported"
+	OutcomeUpgrade       Code = "upgrade_not_supported"
 )
 
 // Status returns the HTTP status a proxy answers a denied request with.
@@ -83,6 +84,8 @@ func (c Code) Status() int {
 		return http.StatusRequestEntityTooLarge
 	case OutcomeProtocol:
 		return http.StatusHTTPVersionNotSupported
+	case OutcomeUpgrade:
+		return http.StatusNotImplemented
 	}
 	return http.StatusForbidden
 }

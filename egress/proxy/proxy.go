@@ -12,7 +12,13 @@
 // removed); CONNECT without a port is refused instead of getting ":80";
 // origin-form requests ("GET / HTTP/1.1" sent to the proxy) are refused;
 // requests that arrive over HTTP/2 are answered 505 instead of reaching
-// goproxy's HTTP/2 tunnel code.
+// goproxy's HTTP/2 tunnel code; protocol upgrades (WebSocket over ws://,
+// h2c) are refused, so no request turns into an uncounted raw stream.
+//
+// Known channel, left open: the TLS inside a tunnel is not read, so its
+// SNI is not compared with the CONNECT host; a client can reach another
+// name served at the same checked address (domain fronting), never another
+// address.
 //
 // The client, and so the profile, is identified only by the connection's
 // source address through the Lookup the caller provides (never by a header
@@ -344,6 +350,13 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 
+	if r.Header.Get("Upgrade") != "" {
+		// A WebSocket or h2c upgrade would turn the request into a raw
+		// stream outside the body caps; tunnels exist for that (CONNECT).
+		p.refuse(w, r, egress.Refuse(profile, req, egress.OutcomeUpgrade,
+			fmt.Sprintf("protocol upgrade to %q is not supported through the egress proxy; use wss:// (a CONNECT tunnel) instead", r.Header.Get("Upgrade"))), start, "")
+		return
+	}
 	if ok, wait := p.cfg.Limiter.Allow(client, profile.RequestsPerMinute); !ok {
 		secs := int((wait + time.Second - 1) / time.Second)
 		p.refuse(w, r, egress.Refuse(profile, req, egress.OutcomeRateLimited,
@@ -521,13 +534,19 @@ func (p *Proxy) onResponse(resp *http.Response, ctx *goproxy.ProxyCtx) *http.Res
 		st.setOutcome(code, detail, status)
 		return goproxy.NewResponse(ctx.Req, goproxy.ContentTypeText, status, "sandboxd egress proxy: "+string(code)+": "+detail+"\n")
 	}
-	if resp.ContentLength > st.profile.MaxResponseBytes {
+	if resp.ContentLength > st.profile.MaxResponseBytes && bodyAllowed(ctx.Req.Method, resp.StatusCode) {
 		resp.Body.Close()
 		msg := fmt.Sprintf("the response declares %d bytes, over max_response_bytes %d", resp.ContentLength, st.profile.MaxResponseBytes)
 		st.setOutcome(egress.OutcomeResponseCap, msg, http.StatusBadGateway)
 		return goproxy.NewResponse(ctx.Req, goproxy.ContentTypeText, http.StatusBadGateway, "sandboxd egress proxy: "+msg+"\n")
 	}
 	return resp
+}
+
+// bodyAllowed reports whether a response to method with status carries a
+// body (a HEAD response declares the length of a body it does not send).
+func bodyAllowed(method string, status int) bool {
+	return method != http.MethodHead && status >= 200 && status != http.StatusNoContent && status != http.StatusNotModified
 }
 
 var (

@@ -278,6 +278,7 @@ func TestProxyDenials(t *testing.T) {
 		{"CONNECT without port", "CONNECT up.test HTTP/1.1\r\nHost: up.test\r\n\r\n", 400, egress.CodeBadPort},
 		{"CONNECT port 0443", "CONNECT up.test:0443 HTTP/1.1\r\nHost: up.test\r\n\r\n", 400, egress.CodeBadPort},
 		{"CONNECT userinfo", "CONNECT up.test@127.0.0.1:22 HTTP/1.1\r\nHost: x\r\n\r\n", 400, egress.CodeUserinfo},
+		{"WebSocket upgrade", fmt.Sprintf("GET http://up.test:%d/ws HTTP/1.1\r\nHost: up.test\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n\r\n", port), 501, egress.OutcomeUpgrade},
 		{"CONNECT metadata", "CONNECT 169.254.169.254:443 HTTP/1.1\r\nHost: x\r\n\r\n", 403, egress.CodeDeniedAddress},
 	}
 	for i, tc := range cases {
@@ -353,6 +354,25 @@ func TestProxyReframesTEAndCL(t *testing.T) {
 	resp, _ := e.raw(t, fmt.Sprintf("POST http://up.test:%d/ HTTP/1.1\r\nHost: up.test\r\nTransfer-Encoding: chunked\r\nContent-Length: 100\r\n\r\n5\r\nhello\r\n0\r\n\r\n", port))
 	if resp.StatusCode != 200 || got.Load() != "hello|[]" {
 		t.Fatalf("status %d, upstream saw %v", resp.StatusCode, got.Load())
+	}
+}
+
+// In report mode a request the rules deny goes through and is logged with
+// would_deny; an always-denied address is still refused.
+func TestProxyReportMode(t *testing.T) {
+	_, port := upstream(t, func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok") })
+	e := newEnv(t, []int{port}, func(p *egress.Profile) { p.Mode = egress.ModeReport })
+	e.res.Set("other.example", "127.0.0.1")
+	resp, body := e.raw(t, fmt.Sprintf("GET http://other.example:%d/ HTTP/1.1\r\nHost: x\r\n\r\n", port))
+	if resp.StatusCode != 200 || body != "ok" {
+		t.Fatalf("report mode: status %d body %q", resp.StatusCode, body)
+	}
+	l := e.logs.waitLines(t, 1)[0]
+	if l["decision"] != "allow" || l["would_deny"] != true || l["code"] != string(egress.CodeNoRule) || l["level"] != "WARN" {
+		t.Errorf("log %v", l)
+	}
+	if resp, _ := e.raw(t, "GET http://169.254.169.254/ HTTP/1.1\r\nHost: x\r\n\r\n"); resp.StatusCode != 403 {
+		t.Errorf("report mode let metadata through: %d", resp.StatusCode)
 	}
 }
 
@@ -480,6 +500,17 @@ func TestProxyResponseCap(t *testing.T) {
 	resp.Body.Close()
 	if resp.StatusCode != http.StatusBadGateway {
 		t.Errorf("declared oversize: status %d, want 502", resp.StatusCode)
+	}
+
+	// HEAD of a large body sends no body: not refused.
+	req, _ := http.NewRequest("HEAD", fmt.Sprintf("http://up.test:%d/declared", port), nil)
+	resp, err = e.client().Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != 200 || resp.ContentLength != int64(len(big)) {
+		t.Errorf("HEAD: status %d length %d, want 200 and %d", resp.StatusCode, resp.ContentLength, len(big))
 	}
 
 	// Exactly the cap is fine.
