@@ -28,6 +28,10 @@ type Error struct {
 	Message    string `json:"message"`
 	Field      string `json:"field,omitempty"`
 	RetryAfter int    `json:"-"` // seconds; sets Retry-After when > 0
+	// Budget, Limit and Used name the rate or budget a 429 ran into.
+	Budget string   `json:"budget,omitempty"`
+	Limit  *float64 `json:"limit,omitempty"`
+	Used   *float64 `json:"used,omitempty"`
 }
 
 func (e *Error) Error() string {

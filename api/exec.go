@@ -3,19 +3,23 @@ package api
 import (
 	"context"
 	"encoding/base64"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
 	"regexp"
 	"strings"
+	"time"
 	"unicode/utf8"
 
 	"github.com/labstack/echo/v4"
 
 	"github.com/sandboxd/sandboxd/admit"
+	"github.com/sandboxd/sandboxd/budget"
 	"github.com/sandboxd/sandboxd/jobproto"
 	"github.com/sandboxd/sandboxd/profiles"
 	"github.com/sandboxd/sandboxd/runner"
+	"github.com/sandboxd/sandboxd/store"
 )
 
 // ExecRequest is the body of POST /exec.
@@ -27,6 +31,8 @@ type ExecRequest struct {
 	Env      map[string]string `json:"env"`
 	Profile  string            `json:"profile"`
 	Limits   *LimitsRequest    `json:"limits"`
+	// Async answers 202 with the id at once; GET /exec/{id} gives the result.
+	Async bool `json:"async"`
 }
 
 // InFile is an input file; Content is base64 (standard alphabet, padded).
@@ -104,6 +110,18 @@ const (
 )
 
 func (s *Server) exec(c echo.Context) error {
+	key := requestKey(c)
+	if r := s.ctl.limits.AllowRequest(key.Tenant, budget.KindExec); r != nil {
+		return s.budgetError(r)
+	}
+	session, err := sessionID(c)
+	if err != nil {
+		return err
+	}
+	idemKey, err := idempotencyKey(c)
+	if err != nil {
+		return err
+	}
 	var req ExecRequest
 	if err := decodeJSON(c, s.cfg.MaxBodyBytes, &req); err != nil {
 		return err
@@ -113,43 +131,146 @@ func (s *Server) exec(c echo.Context) error {
 		return err
 	}
 	c.Set(ctxProfile, spec.Profile.Name)
+	j := &execJob{key: key, session: session, idemKey: idemKey, async: req.Async, spec: spec, id: spec.ID,
+		origTimeout: spec.Limits.TimeoutMS, log: requestLogger(c, s.log).With("profile", spec.Profile.Name, "exec_id", spec.ID)}
+	if session != "" {
+		j.log = j.log.With("session", session)
+	}
+	j.call, j.reqHash = fingerprints(&req, session)
+	if idemKey != "" {
+		return s.execIdempotent(c, j)
+	}
+	return s.send(c, s.admitAndRun(c, j))
+}
 
-	release, err := s.cfg.Gate.Acquire(c.Request().Context())
-	if err != nil {
-		if errors.Is(err, admit.ErrBusy) {
-			running, waiting, slots := s.cfg.Gate.Stats()
-			return &Error{Status: http.StatusTooManyRequests, Code: CodeBusy, RetryAfter: 1 + waiting/max(slots, 1),
-				Message: fmt.Sprintf("all %d run slots are busy (%d running, %d waiting); retry after the Retry-After seconds", slots, running, waiting)}
+// admitAndRun applies the kill switch, the loop guard and the budgets, then
+// runs the job (or, for an async one, starts it and answers 202).
+func (s *Server) admitAndRun(c echo.Context, j *execJob) *answer {
+	if st := s.ctl.frozen.Load(); st.Frozen {
+		return errAnswer(s.refusal(&Error{Status: http.StatusServiceUnavailable, Code: CodeFrozen,
+			Message: fmt.Sprintf("sandboxd is frozen by an operator (since %s, by %s%s): no new code runs until it is unfrozen", st.Since.Format(time.RFC3339), st.By, reasonSuffix(st.Reason))}))
+	}
+	tenant := j.key.Tenant
+	lim := s.ctl.limits.Limits(tenant)
+	if j.session != "" {
+		if refuse, n := s.ctl.guard.Check(tenant+"\x00"+j.session, j.call, lim.LoopRepeats); refuse {
+			return errAnswer(s.refusal(&Error{Status: http.StatusConflict, Code: CodeLoopDetected,
+				Message: fmt.Sprintf("session %s sent this same code with the same inputs %d times in a row and got the same result each time; running it again will not change the outcome. Change the code or its inputs, or take a different approach", j.session, n)}))
 		}
-		return &Error{Status: http.StatusServiceUnavailable, Code: CodeUnavailable, Message: "the request ended while waiting for a run slot"}
+	}
+	if j.async && s.ctl.cfg.Queue > 0 {
+		if running, waiting, slots := s.cfg.Gate.Stats(); running >= slots && waiting >= s.ctl.cfg.Queue {
+			return errAnswer(s.refusal(busyError(running, waiting, slots)))
+		}
+	}
+	ticket, r, err := s.ctl.limits.AdmitExec(c.Request().Context(), tenant, j.session, j.spec.Limits.TimeoutMS, j.spec.Limits.CPUs)
+	if err != nil {
+		j.log.Error("budget check failed", "err", err)
+		return errAnswer(&Error{Status: http.StatusServiceUnavailable, Code: CodeUnavailable, Message: "the usage store failed; retry later"})
+	}
+	if r != nil {
+		return errAnswer(s.budgetError(r))
+	}
+	j.ticket = ticket
+	if ticket.TimeoutMS < j.spec.Limits.TimeoutMS {
+		j.spec.Limits.TimeoutMS = ticket.TimeoutMS
+		j.spec.Job.TimeoutMS = ticket.TimeoutMS
+	}
+	live := s.startLive(c, j)
+	if !j.async {
+		a := s.run(live, j)
+		s.endLive(live)
+		return a
+	}
+	now := time.Now().UTC()
+	rec := &store.ExecRecord{ID: j.id, Tenant: tenant, KeyID: j.key.ID, Session: j.session, State: store.ExecQueued,
+		Owner: s.ctl.cfg.Owner, CreatedAt: now, ExpiresAt: now.Add(s.ctl.cfg.AsyncTTL)}
+	rec.Body, _ = json.Marshal(&ExecState{ID: j.id, Status: stateQueued, CreatedAt: now})
+	if err := s.ctl.store.PutExec(context.WithoutCancel(c.Request().Context()), rec); err != nil {
+		j.log.Error("storing the async exec failed", "err", err)
+		ticket.Cancel()
+		s.endLive(live)
+		return errAnswer(&Error{Status: http.StatusServiceUnavailable, Code: CodeUnavailable, Message: "the store failed to record the exec; retry later"})
+	}
+	go func() {
+		a := s.run(live, j)
+		s.saveAsync(j, rec, a)
+		s.endLive(live) // after the result is stored: shutdown waits for it
+	}()
+	return acceptedAnswer(j.id, now)
+}
+
+// run waits for a run slot and runs the job; every outcome is an answer.
+func (s *Server) run(live *liveExec, j *execJob) *answer {
+	spec, m := j.spec, s.ctl.metrics
+	profile := spec.Profile.Name
+	queued := time.Now()
+	release, err := s.cfg.Gate.Acquire(live.ctx)
+	if err != nil {
+		j.ticket.Cancel()
+		cause := context.Cause(live.ctx)
+		switch {
+		case errors.Is(err, admit.ErrBusy):
+			m.Execs.WithLabelValues(profile, statusFailed).Inc()
+			running, waiting, slots := s.cfg.Gate.Stats()
+			return errAnswer(s.refusal(busyError(running, waiting, slots)))
+		case live.ctx.Err() != nil && (isStopCause(cause) || errors.Is(cause, errShutdown)):
+			// Cancelled, frozen or shut down while queued: nothing ran.
+			m.Execs.WithLabelValues(profile, runner.StatusKilled).Inc()
+			j.log.Info("exec stopped before it started", "cause", cause.Error())
+			res := &runner.Result{Status: runner.StatusKilled, ExitCode: -1, Message: "the exec was stopped before it started: " + cause.Error()}
+			return s.resultAnswer(j, res)
+		}
+		m.Execs.WithLabelValues(profile, statusFailed).Inc()
+		return errAnswer(&Error{Status: http.StatusServiceUnavailable, Code: CodeUnavailable, Message: "the request ended while waiting for a run slot"})
 	}
 	defer release()
+	m.QueueSeconds.WithLabelValues(profile).Observe(time.Since(queued).Seconds())
+	live.markStarted()
 
-	// The run ends when the client goes away or sandboxd shuts down.
-	s.runs.Add(1)
-	defer s.runs.Done()
-	ctx, cancel := context.WithCancelCause(c.Request().Context())
-	defer cancel(nil)
-	stop := context.AfterFunc(s.runCtx, func() { cancel(context.Cause(s.runCtx)) })
-	defer stop()
-
-	log := requestLogger(c, s.log).With("profile", spec.Profile.Name)
-	res, err := s.cfg.Engine.Run(ctx, spec) // may assign spec.ID (a pooled sandbox's)
-	log = log.With("exec_id", spec.ID)
+	begin := time.Now()
+	res, err := s.cfg.Engine.Run(live.ctx, spec) // may assign spec.ID (a pooled sandbox's)
+	wall := time.Since(begin)
+	log := j.log
+	if spec.ID != j.id {
+		log = log.With("sandbox_id", spec.ID)
+	}
 	if err != nil {
 		log.Error("run failed", "err", err)
+		m.Execs.WithLabelValues(profile, statusFailed).Inc()
 		switch {
 		case errors.Is(err, runner.ErrImageMissing), errors.Is(err, runner.ErrRuntimeMissing):
-			return &Error{Status: http.StatusServiceUnavailable, Code: CodeUnavailable, Message: err.Error()}
+			j.ticket.Cancel()
+			return errAnswer(&Error{Status: http.StatusServiceUnavailable, Code: CodeUnavailable, Message: err.Error()})
 		case errors.Is(err, runner.ErrEngine):
-			return &Error{Status: http.StatusServiceUnavailable, Code: CodeUnavailable, Message: "the container engine failed to run the sandbox; retry later"}
+			j.ticket.Cancel()
+			return errAnswer(&Error{Status: http.StatusServiceUnavailable, Code: CodeUnavailable, Message: "the container engine failed to run the sandbox; retry later"})
 		}
-		return err
+		// The code may have run: charge the time and keep the answer, so
+		// that a retry with the same Idempotency-Key does not run it again.
+		j.ticket.Finish(live.ctx, int64(float64(wall.Milliseconds())*spec.Limits.CPUs), wall.Milliseconds())
+		a := errAnswer(&Error{Status: http.StatusInternalServerError, Code: CodeInternal, Message: "internal error; the request id in X-Request-Id helps the operator find it in the log"})
+		a.keep = true
+		return a
 	}
-	c.Set(ctxRunStatus, res.Status)
+	j.ticket.Finish(live.ctx, (res.UserCPU + res.SysCPU).Milliseconds(), res.Duration.Milliseconds())
+	m.Execs.WithLabelValues(profile, res.Status).Inc()
+	m.RunSeconds.WithLabelValues(profile).Observe(res.Duration.Seconds())
+	m.StartSeconds.WithLabelValues(profile).Observe(max(0, (wall - res.Duration).Seconds()))
+	if j.session != "" {
+		s.ctl.guard.Record(j.key.Tenant+"\x00"+j.session, j.call, outcome(res))
+	}
+	if res.Status == runner.StatusTimeout && j.ticket.LoweredBy != "" {
+		res.Message += fmt.Sprintf(" (the limit was lowered from %d ms to what the %s budget had left)", j.origTimeout, j.ticket.LoweredBy)
+	}
 	log.Info("run finished", "status", res.Status, "exit_code", res.ExitCode, "duration_ms", res.Duration.Milliseconds(),
 		"stdout_bytes", len(res.Stdout), "stderr_bytes", len(res.Stderr), "files", len(res.Files), "image", res.ImageID)
-	return c.JSON(http.StatusOK, toResponse(spec, res))
+	return s.resultAnswer(j, res)
+}
+
+func busyError(running, waiting, slots int) *Error {
+	return &Error{Status: http.StatusTooManyRequests, Code: CodeBusy, RetryAfter: 1 + waiting/max(slots, 1),
+		Message: fmt.Sprintf("all %d run slots are busy (%d running, %d waiting); retry after the Retry-After seconds", slots, running, waiting)}
 }
 
 // buildSpec validates the request against its profile and returns the run.

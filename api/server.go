@@ -48,6 +48,9 @@ type Config struct {
 	// Resolver resolves names for POST /profiles/{name}/evaluate; nil
 	// means the system resolver. Tests use a fake (egress/egresstest).
 	Resolver egress.Resolver
+	// Control configures idempotency, async runs, the kill switch, budgets,
+	// the loop guard and metrics (control.go).
+	Control Control
 }
 
 // Server serves the HTTP API.
@@ -55,6 +58,7 @@ type Server struct {
 	cfg  Config
 	log  *slog.Logger
 	echo *echo.Echo
+	ctl  *control
 
 	// runCtx is the parent of every run; cancelling it kills running code.
 	runCtx    context.Context
@@ -73,12 +77,14 @@ func New(cfg Config) *Server {
 	e.HideBanner = true
 	e.HidePort = true
 	e.HTTPErrorHandler = s.errorHandler
-	e.Use(s.requestID, s.accessLog, s.recoverPanic)
+	s.initControl()
+	e.Use(s.requestID, s.observe, s.accessLog, s.recoverPanic)
 
 	e.GET("/healthz", s.healthz)
 	e.GET("/readyz", s.readyz)
 	e.POST("/exec", s.exec, s.authenticate(auth.RoleAgent))
 	s.egressRoutes(e)
+	s.controlRoutes(e)
 	s.echo = e
 	return s
 }

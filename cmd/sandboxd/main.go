@@ -94,6 +94,7 @@ type serveConfig struct {
 	queueWait, shutdownGrace             time.Duration
 	maxBodyMB                            int64
 	logLevel                             string
+	ctl                                  controlFlags // control.go
 }
 
 // envDefault returns the value of SANDBOXD_<NAME> or def.
@@ -151,6 +152,7 @@ func parseServe(args []string, stderr io.Writer) (*serveConfig, error) {
 	fs.IntVar(&c.poolSize, "pool-size", envInt("POOL_SIZE", 2), "started sandboxes kept ready per exec profile; 0 turns the warm pool off (env SANDBOXD_POOL_SIZE)")
 	fs.IntVar(&c.poolMax, "pool-max", envInt("POOL_MAX", 8), "most started sandboxes kept ready per exec profile when traffic needs more than --pool-size (env SANDBOXD_POOL_MAX)")
 	fs.StringVar(&c.logLevel, "log-level", envDefault("LOG_LEVEL", "info"), "debug, info, warn or error (env SANDBOXD_LOG_LEVEL)")
+	addControlFlags(fs, &c.ctl)
 	if err := fs.Parse(args); err != nil {
 		return nil, err
 	}
@@ -162,6 +164,9 @@ func parseServe(args []string, stderr io.Writer) (*serveConfig, error) {
 	}
 	if c.maxRuns < 1 || c.queue < 0 || c.poolSize < 0 || c.poolSize > 64 || c.poolMax > 64 || c.queueWait <= 0 || c.maxBodyMB < 1 || c.shutdownGrace < 0 {
 		return nil, errors.New("--max-runs and --max-body-mb must be at least 1, --queue and --shutdown-grace at least 0, --pool-size 0 to 64, --queue-wait above 0")
+	}
+	if err := c.ctl.check(); err != nil {
+		return nil, err
 	}
 	return c, nil
 }
@@ -204,6 +209,11 @@ func serveWith(cfg *serveConfig, log *slog.Logger, console io.Writer) error {
 	if err := os.MkdirAll(dataDir, 0o700); err != nil {
 		return fmt.Errorf("creating the data dir: %w", err)
 	}
+	ctl, closeStore, err := openControl(&cfg.ctl, dataDir, cfg.queue, log)
+	if err != nil {
+		return err
+	}
+	defer closeStore()
 	eng, err := runner.New(log, runner.InstanceID(dataDir))
 	if err != nil {
 		return err
@@ -229,6 +239,7 @@ func serveWith(cfg *serveConfig, log *slog.Logger, console io.Writer) error {
 		Log:          log,
 		MaxBodyBytes: cfg.maxBodyMB << 20,
 		Version:      version,
+		Control:      ctl,
 	})
 	ln, err := net.Listen("tcp", cfg.addr)
 	if err != nil {
@@ -268,6 +279,7 @@ func serveWith(cfg *serveConfig, log *slog.Logger, console io.Writer) error {
 	if err := srv.KillRuns(killCtx, api.ErrShutdown()); err != nil {
 		log.Error("runs did not stop", "err", err)
 	}
+	_ = srv.Close()
 	_ = hs.Shutdown(killCtx)
 	if err := eng.Close(killCtx); err != nil {
 		return err
