@@ -75,7 +75,7 @@ func TestLoadShippedProfiles(t *testing.T) {
 	if err != nil {
 		t.Fatalf("shipped profiles do not load: %v", err)
 	}
-	if got := set.Names(); !reflect.DeepEqual(got, []string{"default", "strict"}) {
+	if got := set.Names(); !reflect.DeepEqual(got, []string{"data", "default", "strict"}) {
 		t.Fatalf("Names() = %v, want [default strict]", got)
 	}
 	e := set.Exec["default"]
