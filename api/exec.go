@@ -253,7 +253,13 @@ func (s *Server) run(live *liveExec, j *execJob) *answer {
 		a.keep = true
 		return a
 	}
-	j.ticket.Finish(live.ctx, (res.UserCPU + res.SysCPU).Milliseconds(), res.Duration.Milliseconds())
+	cpu := (res.UserCPU + res.SysCPU).Milliseconds()
+	if cpu == 0 && (res.Status == runner.StatusTimeout || res.Status == runner.StatusKilled) {
+		// Stopped from outside, the launcher reported no usage: charge
+		// what the code could have used in its wall time.
+		cpu = int64(float64(res.Duration.Milliseconds()) * spec.Limits.CPUs)
+	}
+	j.ticket.Finish(live.ctx, cpu, res.Duration.Milliseconds())
 	m.Execs.WithLabelValues(profile, res.Status).Inc()
 	m.RunSeconds.WithLabelValues(profile).Observe(res.Duration.Seconds())
 	m.StartSeconds.WithLabelValues(profile).Observe(max(0, (wall - res.Duration).Seconds()))

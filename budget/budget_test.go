@@ -207,8 +207,18 @@ func TestSessionMaxExecs(t *testing.T) {
 		t.Fatalf("%+v", r)
 	}
 	b.Cancel() // never ran: does not count
-	if _, r, _ := l.AdmitExec(ctx, "t", "s", 10, 1); r != nil {
+	c, r, _ := l.AdmitExec(ctx, "t", "s", 10, 1)
+	if r != nil {
 		t.Fatalf("%+v", r)
+	}
+	c.Finish(ctx, 10, 1950)
+	// 50 ms of wall time are left: not worth a run.
+	cfg2, _ := Parse("t.yaml", []byte("defaults:\n  session: {wall_seconds: 3}\n"))
+	l2 := New(cfg2, nil, nil)
+	d, _, _ := l2.AdmitExec(ctx, "t", "s", 10000, 1)
+	d.Finish(ctx, 10, 2950)
+	if _, r, _ := l2.AdmitExec(ctx, "t", "s", 10000, 1); r == nil || r.Budget != SessionWall || r.RetryAfter != 0 || !strings.Contains(r.Message, "less than 100 ms") {
+		t.Fatalf("50 ms left: %+v", r)
 	}
 }
 

@@ -49,6 +49,11 @@ type Refusal struct {
 
 func (r *Refusal) Error() string { return r.Code + ": " + r.Message }
 
+// MinSliceMS is the least CPU or wall time, in milliseconds, worth starting
+// a run for: a budget with less left refuses, rather than admitting runs
+// cut to a few milliseconds each.
+const MinSliceMS = 100
+
 // Limiter applies Config. It is safe for concurrent use.
 type Limiter struct {
 	cfg   *Config
@@ -247,11 +252,11 @@ func (l *Limiter) AdmitExec(ctx context.Context, tenant, session string, timeout
 	if lim.DailyCPUSeconds > 0 {
 		limit := int64(lim.DailyCPUSeconds * 1000)
 		left := limit - ts.used.CPUMillis - ts.reservedCPU
-		if left <= 0 {
+		if left < MinSliceMS {
 			r := &Refusal{Code: CodeBudgetExceeded, Budget: TenantDailyCPU, Limit: lim.DailyCPUSeconds, Used: float64(ts.used.CPUMillis) / 1000}
-			if ts.used.CPUMillis >= limit {
+			if ts.used.CPUMillis+MinSliceMS > limit {
 				r.RetryAfter = untilMidnight(now)
-				r.Message = fmt.Sprintf("tenant %s has used its %g CPU-seconds for today (%s UTC); the budget resets at 00:00 UTC", tenant, lim.DailyCPUSeconds, ts.day)
+				r.Message = fmt.Sprintf("tenant %s has used %.3g of its %g CPU-seconds for today (%s UTC; less than %d ms is left); the budget resets at 00:00 UTC", tenant, float64(ts.used.CPUMillis)/1000, lim.DailyCPUSeconds, ts.day, MinSliceMS)
 			} else {
 				r.RetryAfter = time.Second
 				r.Message = fmt.Sprintf("tenant %s's running execs hold the rest of its %g daily CPU-seconds; retry when they finish", tenant, lim.DailyCPUSeconds)
@@ -269,10 +274,10 @@ func (l *Limiter) AdmitExec(ctx context.Context, tenant, session string, timeout
 		if sl.CPUSeconds > 0 {
 			limit := int64(sl.CPUSeconds * 1000)
 			left := limit - ss.used.CPUMillis - ss.reservedCPU
-			if left <= 0 {
+			if left < MinSliceMS {
 				r := &Refusal{Code: CodeBudgetExceeded, Budget: SessionCPU, Limit: sl.CPUSeconds, Used: float64(ss.used.CPUMillis) / 1000,
-					Message: fmt.Sprintf("session %s has used its %g CPU-seconds; start a new session or finish the task", session, sl.CPUSeconds)}
-				if ss.used.CPUMillis < limit {
+					Message: fmt.Sprintf("session %s has used %.3g of its %g CPU-seconds (less than %d ms is left); start a new session or finish the task", session, float64(ss.used.CPUMillis)/1000, sl.CPUSeconds, MinSliceMS)}
+				if ss.used.CPUMillis+MinSliceMS <= limit {
 					r.RetryAfter = time.Second
 					r.Message = fmt.Sprintf("session %s's running execs hold the rest of its %g CPU-seconds; retry when they finish", session, sl.CPUSeconds)
 				}
@@ -283,10 +288,10 @@ func (l *Limiter) AdmitExec(ctx context.Context, tenant, session string, timeout
 		if sl.WallSeconds > 0 {
 			limit := int64(sl.WallSeconds * 1000)
 			left := limit - ss.used.WallMillis - ss.reservedWall
-			if left <= 0 {
+			if left < MinSliceMS {
 				r := &Refusal{Code: CodeBudgetExceeded, Budget: SessionWall, Limit: sl.WallSeconds, Used: float64(ss.used.WallMillis) / 1000,
-					Message: fmt.Sprintf("session %s has used its %g wall-clock seconds of running code; start a new session or finish the task", session, sl.WallSeconds)}
-				if ss.used.WallMillis < limit {
+					Message: fmt.Sprintf("session %s has used %.3g of its %g wall-clock seconds of running code (less than %d ms is left); start a new session or finish the task", session, float64(ss.used.WallMillis)/1000, sl.WallSeconds, MinSliceMS)}
+				if ss.used.WallMillis+MinSliceMS <= limit {
 					r.RetryAfter = time.Second
 					r.Message = fmt.Sprintf("session %s's running execs hold the rest of its %g wall seconds; retry when they finish", session, sl.WallSeconds)
 				}
