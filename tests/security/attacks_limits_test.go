@@ -251,7 +251,9 @@ while True:
 			// 8 threads that really run in parallel (hashlib releases the
 			// GIL on large buffers) for 2 s under cpus=1: the CFS quota
 			// holds CPU time to about the wall time.
-			name: "cpu-spin-threads",
+			name:    "cpu-spin-threads",
+			solo:    true,
+			hostCPU: true,
 			code: `
 import threading, hashlib, resource
 buf = b"\0" * (1 << 20)
@@ -282,7 +284,9 @@ say("RATIO", "%.3f" % (r8 / r1))
 			strict: &override{check: checkCPUQuotaStrict, why: "gVisor reports virtual CPU time; the quota is checked by throughput"},
 		},
 		{
-			name: "cpu-spin-processes",
+			name:    "cpu-spin-processes",
+			solo:    true,
+			hostCPU: true,
 			code: `
 import resource
 def rate(n, secs):
@@ -484,11 +488,7 @@ func checkCPUQuota(t *testing.T, x *run) {
 		t.Errorf("HOLE: usage %d ms CPU in %d ms wall: above %gx the %g-CPU quota", used, x.r.DurationMS, cpuQuotaSlack, cpus)
 	}
 	wall := x.factFloat(t, "WALL")
-	// The work ratio (see checkCPUQuotaStrict) is only logged here: the
-	// CPU time the kernel accounted is the exact measure under runc.
-	if r, ok := x.fact("RATIO"); ok {
-		t.Logf("work in 8 at once / work in 1 alone: %s", r)
-	}
+	checkHostCPU(t, x, cpus)
 	if wall < 1.9 {
 		t.Errorf("WALL %.3f: the spin did not last its 2 s", wall)
 	}
@@ -514,23 +514,34 @@ func lastFact(x *run, key, def string) string {
 
 func fmtSscan(s string, args ...any) (int, error) { return fmt.Sscan(s, args...) }
 
-// checkCPUQuotaStrict checks the quota by work done: under gVisor the CPU
-// time the sandbox reports is virtual (it counts time a task was on a
-// virtual CPU, throttled or not), so the code compares its hashing rate in
-// 8 threads to that of 1 thread alone, both under the same quota. With the
-// quota holding, 8 threads do no more work than one.
+// checkCPUQuotaStrict checks the quota under gVisor, whose in-sandbox CPU
+// accounting is virtual (it counts time a task was on a virtual CPU,
+// throttled or not): only the engine's measure of the container counts.
 func checkCPUQuotaStrict(t *testing.T, x *run) {
 	t.Helper()
 	t.Logf("NOTE (gVisor): usage says %d ms CPU in %d ms of wall time with cpus=%g (virtual time)", x.r.Usage.UserCPUMS+x.r.Usage.SysCPUMS, x.r.DurationMS, x.r.Limits.CPUs)
 	if wall := x.factFloat(t, "WALL"); wall < 1.9 {
 		t.Errorf("WALL %.3f: the spin did not last its 2 s", wall)
 	}
+	checkHostCPU(t, x, x.r.Limits.CPUs)
+}
+
+// checkHostCPU bounds the CPU rate the engine measured for the run's
+// container by the quota. The work ratio the code measured (8 at once
+// against 1 alone) is logged only: on a loaded machine the lone phase gets
+// less than its share and the ratio says little.
+func checkHostCPU(t *testing.T, x *run, cpus float64) {
+	t.Helper()
 	if r, ok := x.fact("RATIO"); ok {
-		var ratio float64
-		fmtSscan(r, &ratio)
-		t.Logf("work in 8 threads / work in 1 thread: %.2f", ratio)
-		if ratio > 1.6 {
-			t.Errorf("HOLE: 8 threads did %.2fx the work of one under a %g-CPU quota", ratio, x.r.Limits.CPUs)
-		}
+		t.Logf("work in 8 at once / work in 1 alone: %s", r)
+	}
+	if x.hostWindow == 0 {
+		t.Logf("NOTE: the engine gave no CPU samples over a second or more for this run; the host-side bound was not checked")
+		return
+	}
+	t.Logf("engine-measured CPU rate of the container: %.2f CPUs over %v (throttled in %d CFS periods), quota %g", x.hostRate, x.hostWindow.Round(time.Millisecond), x.hostThrottled, cpus)
+	if x.hostRate > cpus*cpuQuotaSlack+0.05 {
+		t.Errorf("HOLE: the container used %.2f CPUs over %v, above %gx its %g-CPU quota", x.hostRate, x.hostWindow.Round(time.Millisecond), cpuQuotaSlack, cpus)
 	}
 }
+

@@ -52,6 +52,9 @@ type attack struct {
 	// solo runs the attack alone, after the parallel ones: it needs a whole
 	// CPU for its time bound.
 	solo bool
+	// hostCPU samples the CPU time of the run's container from the engine
+	// while it runs (with solo: the only busy container of the server).
+	hostCPU bool
 	// strict replaces parts of the expectation under the gVisor profile.
 	strict *override
 }
@@ -75,6 +78,12 @@ type run struct {
 	res      *httpResult
 	r        *execResponse
 	lines    []string
+	// With attack.hostCPU: the highest CPU rate (in CPUs) the engine saw
+	// for a container of the server over hostWindow, and the CFS periods
+	// it was throttled in.
+	hostRate      float64
+	hostWindow    time.Duration
+	hostThrottled uint64
 }
 
 // strictProfile is the name of the gVisor exec profile.
@@ -297,7 +306,14 @@ func runAttack(t *testing.T, prof string, a attack, subst map[string]string) {
 			}
 		}
 	}()
+	var cw *cpuWatch
+	if a.hostCPU {
+		cw = startCPUWatch()
+	}
 	res, err := rawExec(context.Background(), x.req, reqID)
+	if cw != nil {
+		x.hostRate, x.hostWindow, x.hostThrottled = cw.stop(time.Second)
+	}
 	if err != nil {
 		t.Fatalf("POST /exec: %v", err)
 	}

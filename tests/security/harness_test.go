@@ -695,3 +695,107 @@ func hostAbstractSockets() []string {
 	}
 	return out
 }
+
+// cpuWatch samples, from the engine, the CPU time of this server's running
+// containers while a run goes on: the host's own measure of the quota, the
+// same under runc and gVisor (whose in-sandbox accounting is virtual).
+type cpuWatch struct {
+	done        chan struct{}
+	wg          sync.WaitGroup
+	mu          sync.Mutex
+	first, last map[string]cpuSample
+}
+
+type cpuSample struct {
+	at        time.Time
+	ns        uint64
+	throttled uint64
+}
+
+func startCPUWatch() *cpuWatch {
+	w := &cpuWatch{done: make(chan struct{}), first: map[string]cpuSample{}, last: map[string]cpuSample{}}
+	w.wg.Add(1)
+	go func() {
+		defer w.wg.Done()
+		seen := map[string]bool{}
+		for {
+			ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+			list, err := ourContainers(ctx)
+			cancel()
+			if err == nil {
+				for _, c := range list {
+					if c.State == "running" && !seen[c.ID] {
+						seen[c.ID] = true
+						w.wg.Add(1)
+						go w.sample(c.ID)
+					}
+				}
+			}
+			select {
+			case <-w.done:
+				return
+			case <-time.After(100 * time.Millisecond):
+			}
+		}
+	}()
+	return w
+}
+
+// sample reads one container's CPU counters until the watch stops or the
+// container is gone. A one-shot stats call takes a good part of a second
+// on a loaded engine, so every container has its own sampler.
+func (w *cpuWatch) sample(id string) {
+	defer w.wg.Done()
+	for {
+		select {
+		case <-w.done:
+			return
+		default:
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		rd, err := dockerCli.ContainerStatsOneShot(ctx, id)
+		if err != nil {
+			cancel()
+			return
+		}
+		var st container.StatsResponse
+		err = json.NewDecoder(rd.Body).Decode(&st)
+		rd.Body.Close()
+		cancel()
+		if err != nil {
+			return
+		}
+		if st.Read.IsZero() || st.CPUStats.CPUUsage.TotalUsage == 0 {
+			time.Sleep(50 * time.Millisecond)
+			continue
+		}
+		s := cpuSample{at: st.Read, ns: st.CPUStats.CPUUsage.TotalUsage, throttled: st.CPUStats.ThrottlingData.ThrottledPeriods}
+		w.mu.Lock()
+		if _, ok := w.first[id]; !ok {
+			w.first[id] = s
+		}
+		w.last[id] = s
+		w.mu.Unlock()
+	}
+}
+
+// stop returns the highest CPU rate (CPUs) any container showed over a
+// sampled window of at least minWindow, with that window and the CFS
+// periods it was throttled in.
+func (w *cpuWatch) stop(minWindow time.Duration) (rate float64, window time.Duration, throttled uint64) {
+	close(w.done)
+	w.wg.Wait()
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for id, f := range w.first {
+		l := w.last[id]
+		d := l.at.Sub(f.at)
+		if d < minWindow || l.ns < f.ns {
+			continue
+		}
+		if r := float64(l.ns-f.ns) / float64(d.Nanoseconds()); r > rate {
+			rate, window, throttled = r, d, l.throttled-f.throttled
+		}
+	}
+	return rate, window, throttled
+}
