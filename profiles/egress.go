@@ -68,10 +68,28 @@ func loadEgress(dir string, execs map[string]*Exec) (map[string]*egress.Profile,
 	for _, name := range slices.Sorted(maps.Keys(execs)) {
 		e := execs[name]
 		if _, ok := out[e.Egress]; !ok {
-			return nil, &Error{File: e.Source, Msg: fmt.Sprintf("egress %q names no egress profile; add egress/%s.yaml or use one of: %s", e.Egress, e.Egress, strings.Join(slices.Sorted(maps.Keys(out)), ", "))}
+			return nil, &Error{File: e.Source, Line: topKeyLine(e.Source, "egress"), Msg: fmt.Sprintf("egress %q names no egress profile; add egress/%s.yaml or use one of: %s", e.Egress, e.Egress, strings.Join(slices.Sorted(maps.Keys(out)), ", "))}
 		}
 	}
 	return out, nil
+}
+
+// topKeyLine returns the line of a top-level key in a YAML file, or 0.
+func topKeyLine(file, key string) int {
+	data, err := os.ReadFile(file)
+	if err != nil {
+		return 0
+	}
+	root, err := parseDocument(file, data)
+	if err != nil {
+		return 0
+	}
+	for i := 0; i+1 < len(root.Content); i += 2 {
+		if root.Content[i].Value == key {
+			return root.Content[i+1].Line
+		}
+	}
+	return 0
 }
 
 // unquotedWildcard matches a list item or flow entry that starts with an

@@ -218,3 +218,19 @@ func TestEgressYmlRefused(t *testing.T) {
 	_, err := Load(dir)
 	wantErr(t, err, filepath.Join(dir, "egress", "web.yml"), 0, "rename it to web.yaml")
 }
+
+// An exec profile may name any loaded egress profile; one it names that
+// does not exist is refused at the line of its egress key.
+func TestExecProfileNamesEgressProfile(t *testing.T) {
+	netProfile := "name: net\nimage: img:1\nseccomp: default.json\negress: web\n"
+	set, err := Load(writeTree(t, map[string]string{"exec/default.yaml": minimal, "exec/net.yaml": netProfile, "egress/web.yaml": minimalEgress}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := set.Exec["net"].Egress; got != "web" {
+		t.Errorf("egress = %q, want web", got)
+	}
+	dir := writeTree(t, map[string]string{"exec/default.yaml": minimal, "exec/net.yaml": netProfile})
+	_, err = Load(dir)
+	wantErr(t, err, filepath.Join(dir, "exec", "net.yaml"), 4, `egress "web" names no egress profile`, "add egress/web.yaml")
+}

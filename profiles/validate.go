@@ -154,8 +154,11 @@ func validate(e *Exec, d *decoder, fileName string) error {
 		return d.errf(line("seccomp"), "seccomp %q must be a plain file name under seccomp/ ending in .json (letters, digits, '.', '_', '-'; no directories, no \"..\")", e.Seccomp)
 	}
 
-	if e.Egress != "none" {
-		return d.errf(line("egress"), "egress %q is not supported yet; the only allowed value is none (no network)", e.Egress)
+	// Any egress profile may be named; loadEgress checks that it exists.
+	// Other than none, the sandbox joins the egress network and reaches
+	// only sandboxd's proxy, which applies that profile.
+	if !nameRe.MatchString(e.Egress) {
+		return d.errf(line("egress"), "egress %q is not an egress profile name; use none (no network) or the name of a file in egress/ without .yaml (1 to 63 lowercase letters, digits and '-')", e.Egress)
 	}
 
 	for _, r := range intRules {
