@@ -44,6 +44,9 @@ type poolClass struct {
 	startTime time.Duration
 	// arrived is closed and replaced whenever a box becomes ready.
 	arrived chan struct{}
+	// gone is set while the profile is not in the loaded set (retain):
+	// the class is not refilled and boxes that finish starting are removed.
+	gone bool
 }
 
 // Pool sizing.
@@ -94,13 +97,20 @@ func (r *Runner) EnablePool(size, most int) {
 	}
 }
 
-// Warm starts filling the pool of each profile in the background.
+// Warm starts filling the pool of each profile in the background. Called
+// again with a reloaded set, it drains the boxes of profiles that changed
+// (see class) or are gone. A networked profile is warmed only while the
+// egress network is up.
 func (r *Runner) Warm(ctx context.Context, set *profiles.Set) {
 	if r.pool == nil {
 		return
 	}
+	r.pool.retain(set)
 	for _, name := range set.Names() {
 		prof := set.Exec[name]
+		if Networked(prof) && r.EgressNetwork() == nil {
+			continue
+		}
 		imageID, err := r.ImageID(ctx, prof.Image)
 		if err != nil {
 			r.log.Warn("not warming a pool: image missing", "profile", name, "err", err)
@@ -194,6 +204,7 @@ func (p *pool) class(prof *profiles.Exec, imageID string) *poolClass {
 		c.ready = nil
 		c.profile, c.imageID = prof, imageID
 	}
+	c.gone = false
 	return c
 }
 
@@ -209,7 +220,7 @@ func (p *pool) fill(prof *profiles.Exec, imageID string) {
 // refillLocked starts fillers, at most maxFillers at once, while the class
 // is below its target (counting the boxes already starting).
 func (p *pool) refillLocked(c *poolClass) {
-	for !p.closed && c.filling < maxFillers && len(c.ready)+c.filling < p.target(c, time.Now()) {
+	for !p.closed && !c.gone && c.filling < maxFillers && len(c.ready)+c.filling < p.target(c, time.Now()) {
 		c.filling++
 		p.wg.Add(1)
 		go p.filler(c)
@@ -234,7 +245,7 @@ func (p *pool) filler(c *poolClass) {
 	spec := &Spec{ID: id, Profile: prof, Limits: prof.Limits}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	began := time.Now()
-	b, err := p.r.startBox(ctx, spec, imageID, "sandboxd-"+id)
+	b, err := p.r.startBox(ctx, spec, imageID)
 	took := time.Since(began)
 	cancel()
 
@@ -245,7 +256,7 @@ func (p *pool) filler(c *poolClass) {
 	case err != nil:
 		c.failures++
 		p.r.log.Warn("starting a pooled sandbox failed", "profile", prof.Name, "err", err, "failures", c.failures)
-	case p.closed || c.profile.Version != prof.Version || c.imageID != imageID:
+	case p.closed || c.gone || c.profile.Version != prof.Version || c.imageID != imageID:
 		// Drained while starting: this box is already stale.
 		b.hj.Close()
 		p.r.removeLater(b.id)
@@ -263,6 +274,24 @@ func (p *pool) filler(c *poolClass) {
 		c.arrived = make(chan struct{})
 	}
 	p.refillLocked(c)
+}
+
+// retain drains the classes of profiles that are not in set and marks
+// them gone until a profile of that name is taken or warmed again.
+func (p *pool) retain(set *profiles.Set) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for name, c := range p.classes {
+		if _, ok := set.Exec[name]; ok {
+			continue
+		}
+		for _, b := range c.ready {
+			b.hj.Close()
+			p.r.removeLater(b.id)
+		}
+		c.ready = nil
+		c.gone = true
+	}
 }
 
 // close removes every idle box and waits for the fillers.

@@ -108,7 +108,8 @@ type Runner struct {
 	log      *slog.Logger
 	instance string
 	removals sync.WaitGroup
-	pool     *pool // nil when pooling is off
+	pool     *pool       // nil when pooling is off
+	eg       egressState // network.go
 }
 
 // New connects to the engine named by the environment (DOCKER_HOST etc.),
@@ -183,8 +184,8 @@ func (r *Runner) Cleanup(ctx context.Context) (int, error) {
 	return n, nil
 }
 
-// Close removes the pool's idle containers and waits for pending container
-// removals, at most until ctx ends.
+// Close removes the pool's idle containers, waits for pending container
+// removals, at most until ctx ends, and removes the egress network.
 func (r *Runner) Close(ctx context.Context) error {
 	if r.pool != nil {
 		r.pool.close()
@@ -196,14 +197,20 @@ func (r *Runner) Close(ctx context.Context) error {
 	case <-ctx.Done():
 		return fmt.Errorf("waiting for container removals: %w", ctx.Err())
 	}
+	r.closeEgress(ctx) // network.go
 	return r.cli.Close()
 }
 
 // CreateOptions builds the container configuration for a spec. It is the
-// single place where the lockdown is written down.
-func CreateOptions(spec *Spec, imageID, instance string) (*container.Config, *container.HostConfig, error) {
+// single place where the lockdown is written down. en is the egress
+// network, for a profile whose egress is not "none" (networkOptions);
+// such a profile without one is refused.
+func CreateOptions(spec *Spec, imageID, instance string, en *EgressNet) (*container.Config, *container.HostConfig, error) {
 	p := spec.Profile
 	l := spec.Limits
+	if Networked(p) && en == nil {
+		return nil, nil, egressUnavailable(p)
+	}
 	uid, gid, err := splitUser(p.User)
 	if err != nil {
 		return nil, nil, err
@@ -263,7 +270,14 @@ func CreateOptions(spec *Spec, imageID, instance string) (*container.Config, *co
 			},
 		},
 	}
+	if Networked(p) {
+		networkOptions(cfg, hc, p, en)
+	}
 	return cfg, hc, nil
+}
+
+func egressUnavailable(p *profiles.Exec) error {
+	return fmt.Errorf("%w: profile %q needs network egress (egress profile %q), and sandboxd could not set up its egress network at start-up or at the last profile reload; the log says why. Requests naming this profile are refused until then", ErrEgressUnavailable, p.Name, p.Egress)
 }
 
 // launcherArgs tells the launcher what its waiting interpreter preloads.
@@ -297,12 +311,16 @@ type box struct {
 }
 
 // startBox creates, attaches to and starts a container for spec. The
-// container waits for its job on stdin. On error nothing is left behind.
-func (r *Runner) startBox(ctx context.Context, spec *Spec, imageID, name string) (*box, error) {
-	cfg, hc, err := CreateOptions(spec, imageID, r.instance)
+// container waits for its job on stdin. A networked one is known to the
+// egress proxy by its address from then until its removal. On error
+// nothing is left behind.
+func (r *Runner) startBox(ctx context.Context, spec *Spec, imageID string) (*box, error) {
+	en := r.EgressNetwork()
+	cfg, hc, err := CreateOptions(spec, imageID, r.instance, en)
 	if err != nil {
 		return nil, err
 	}
+	name := boxName(spec) // network.go
 	// Engine calls use a context that outlives a cancelled request, so a
 	// half-made container is always cleaned up.
 	bg := context.WithoutCancel(ctx)
@@ -321,6 +339,13 @@ func (r *Runner) startBox(ctx context.Context, spec *Spec, imageID, name string)
 		r.removeLater(b.id)
 		return nil, fmt.Errorf("%w: starting container: %v", ErrEngine, err)
 	}
+	if Networked(spec.Profile) {
+		if err := r.joinEgress(bg, spec, b.id, en); err != nil {
+			b.hj.Close()
+			r.removeLater(b.id)
+			return nil, err
+		}
+	}
 	return b, nil
 }
 
@@ -329,6 +354,9 @@ func (r *Runner) startBox(ctx context.Context, spec *Spec, imageID, name string)
 // error means the run could not start or the engine failed. When ctx ends
 // before the code does, the container is killed and the result is "killed".
 func (r *Runner) Run(ctx context.Context, spec *Spec) (*Result, error) {
+	if Networked(spec.Profile) && r.EgressNetwork() == nil {
+		return nil, egressUnavailable(spec.Profile)
+	}
 	imageID, err := r.ImageID(ctx, spec.Profile.Image)
 	if err != nil {
 		return nil, err
@@ -344,7 +372,7 @@ func (r *Runner) Run(ctx context.Context, spec *Spec) (*Result, error) {
 		r.log.Warn("a pooled sandbox was gone; using a cold one", "container", b.id[:12])
 		spec.ID = id
 	}
-	b, err := r.startBox(ctx, spec, imageID, "sandboxd-"+spec.ID)
+	b, err := r.startBox(ctx, spec, imageID)
 	if err != nil {
 		return nil, err
 	}
@@ -563,8 +591,10 @@ func (r *Runner) kill(cid string) {
 	}
 }
 
-// removeLater removes the container off the request path. Close waits for it.
+// removeLater removes the container off the request path. Close waits for
+// it. A networked container is forgotten by the egress proxy at once.
 func (r *Runner) removeLater(cid string) {
+	r.unregisterClient(cid)
 	r.removals.Add(1)
 	go func() {
 		defer r.removals.Done()

@@ -34,7 +34,7 @@ func TestCreateOptionsLockdown(t *testing.T) {
 	l.MemoryMB = 64
 	l.CPUs = 0.5
 	spec := &Spec{ID: "ex_1", Profile: p, Limits: l}
-	cfg, hc, err := CreateOptions(spec, "sha256:abc", "inst")
+	cfg, hc, err := CreateOptions(spec, "sha256:abc", "inst", nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -75,7 +75,7 @@ func TestCreateOptionsLockdown(t *testing.T) {
 
 	bad := *p
 	bad.User = "0:0"
-	if _, _, err := CreateOptions(&Spec{Profile: &bad, Limits: l}, "x", "i"); err == nil {
+	if _, _, err := CreateOptions(&Spec{Profile: &bad, Limits: l}, "x", "i", nil); err == nil {
 		t.Error("root user accepted")
 	}
 }
@@ -277,7 +277,7 @@ func TestCleanupRemovesOnlyOwnLeftovers(t *testing.T) {
 	}
 	var otherID string
 	for i, inst := range []string{mine, other} {
-		cfg, hc, err := CreateOptions(&Spec{ID: "ex_left" + inst, Profile: p, Limits: p.Limits}, img, inst)
+		cfg, hc, err := CreateOptions(&Spec{ID: "ex_left" + inst, Profile: p, Limits: p.Limits}, img, inst, nil)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -1,0 +1,106 @@
+package runner
+
+import (
+	"errors"
+	"net/netip"
+	"slices"
+	"strings"
+	"testing"
+)
+
+func testEgressNet() *EgressNet {
+	return &EgressNet{Name: "sandboxd-egress-inst", ID: "abc", Bridge: "sbx-0123456789a",
+		Gateway: netip.MustParseAddr("172.30.0.1"), Subnet: netip.MustParsePrefix("172.30.0.0/16"), ProxyPort: 3128}
+}
+
+// A networked profile joins the egress network with the proxy in its
+// environment, the gateway as its only DNS server and IPv6 off; the rest
+// of the lockdown is unchanged. Without a network it is refused.
+func TestCreateOptionsNetworked(t *testing.T) {
+	base := defaultProfile(t)
+	p := *base
+	p.Name, p.Egress = "mirror", "package-mirror"
+	spec := &Spec{ID: "ex_1", Profile: &p, Limits: p.Limits}
+
+	if _, _, err := CreateOptions(spec, "sha256:abc", "inst", nil); !errors.Is(err, ErrEgressUnavailable) {
+		t.Fatalf("no egress network: err %v, want ErrEgressUnavailable", err)
+	}
+	cfg, hc, err := CreateOptions(spec, "sha256:abc", "inst", testEgressNet())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.NetworkDisabled || hc.NetworkMode != "sandboxd-egress-inst" {
+		t.Errorf("network: disabled %v mode %q", cfg.NetworkDisabled, hc.NetworkMode)
+	}
+	want := []string{
+		"HTTP_PROXY=http://172.30.0.1:3128", "HTTPS_PROXY=http://172.30.0.1:3128",
+		"http_proxy=http://172.30.0.1:3128", "https_proxy=http://172.30.0.1:3128",
+		"NO_PROXY=" + NoProxy, "no_proxy=" + NoProxy,
+	}
+	if !slices.Equal(cfg.Env, want) {
+		t.Errorf("env %v, want %v", cfg.Env, want)
+	}
+	if !slices.Equal(hc.DNS, []string{"172.30.0.1"}) {
+		t.Errorf("dns %v", hc.DNS)
+	}
+	if hc.Sysctls["net.ipv6.conf.all.disable_ipv6"] != "1" {
+		t.Errorf("sysctls %v", hc.Sysctls)
+	}
+	if len(hc.CapDrop) != 1 || hc.CapDrop[0] != "ALL" || !hc.ReadonlyRootfs || len(hc.Binds) != 0 || hc.Privileged {
+		t.Error("the lockdown changed for a networked profile")
+	}
+	if name := boxName(spec); strings.Contains(name, spec.ID) || !strings.HasPrefix(name, "sandboxd-n-") {
+		t.Errorf("networked container name %q carries the exec id", name)
+	}
+
+	// egress none: unchanged, whatever network is set up.
+	cfg, hc, err = CreateOptions(&Spec{ID: "ex_2", Profile: base, Limits: base.Limits}, "sha256:abc", "inst", testEgressNet())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !cfg.NetworkDisabled || hc.NetworkMode != "none" || len(cfg.Env) != 0 || len(hc.DNS) != 0 {
+		t.Errorf("egress none: disabled %v mode %q env %v dns %v", cfg.NetworkDisabled, hc.NetworkMode, cfg.Env, hc.DNS)
+	}
+	if boxName(&Spec{ID: "ex_2", Profile: base}) != "sandboxd-ex_2" {
+		t.Error("a container without network is not named by its exec id")
+	}
+}
+
+// The proxy's view: an address maps to the run that holds it until its
+// container is removed; a later container at the same address replaces
+// it, and removing the earlier one then does not unmap the later one.
+func TestEgressClients(t *testing.T) {
+	r := &Runner{}
+	a := netip.MustParseAddr("172.30.0.2")
+	if _, _, ok := r.EgressClient(a); ok {
+		t.Fatal("an unknown address is known")
+	}
+	r.registerClient(a, "ex_1", "package-mirror", "c1")
+	if id, eg, ok := r.EgressClient(netip.MustParseAddr("::ffff:172.30.0.2")); !ok || id != "ex_1" || eg != "package-mirror" {
+		t.Fatalf("lookup: %s %s %v", id, eg, ok)
+	}
+	r.registerClient(a, "ex_2", "web-research", "c2")
+	r.unregisterClient("c1")
+	if id, _, ok := r.EgressClient(a); !ok || id != "ex_2" {
+		t.Fatalf("after the earlier container's removal: %s %v, want ex_2", id, ok)
+	}
+	r.unregisterClient("c2")
+	if _, _, ok := r.EgressClient(a); ok || r.EgressClients() != 0 {
+		t.Fatal("the address is still mapped after its container's removal")
+	}
+	r.unregisterClient("c3") // unknown: no-op
+}
+
+func TestEgressNames(t *testing.T) {
+	for _, inst := range []string{"0123456789ab", "test-pool-once", strings.Repeat("x", 100)} {
+		if b := EgressBridgeName(inst); len(b) > 15 {
+			t.Errorf("bridge name %q is longer than an interface name may be", b)
+		}
+		if c := FirewallChain(inst); len(c) > 28 {
+			t.Errorf("chain name %q is longer than iptables allows", c)
+		}
+	}
+	if EgressBridgeName("a") == EgressBridgeName("b") || FirewallChain("a") == FirewallChain("b") {
+		t.Error("instances share names")
+	}
+}
