@@ -46,7 +46,7 @@ type ProfileList struct {
 }
 
 func (s *Server) listProfiles(c echo.Context) error {
-	set := s.cfg.Profiles
+	set := s.profiles()
 	out := ProfileList{Exec: []ProfileSummary{}, Egress: []ProfileSummary{}}
 	for _, name := range set.Names() {
 		p := set.Exec[name]
@@ -72,7 +72,7 @@ type ProfileDetail struct {
 
 func (s *Server) getProfile(c echo.Context) error {
 	name := c.Param("name")
-	set := s.cfg.Profiles
+	set := s.profiles()
 	out := ProfileDetail{Name: name, Kinds: []string{}}
 	if p, ok := set.Exec[name]; ok {
 		out.Kinds = append(out.Kinds, "exec")
@@ -133,7 +133,7 @@ const evaluateTimeout = 10 * time.Second
 
 func (s *Server) evaluateProfile(c echo.Context) error {
 	name := c.Param("name")
-	set := s.cfg.Profiles
+	set := s.profiles()
 	p, ok := set.Egress[name]
 	if !ok {
 		msg := fmt.Sprintf("no egress profile is named %q; egress profiles: %s", name, strings.Join(set.EgressNames(), ", "))

@@ -239,7 +239,7 @@ func (s *Server) run(live *liveExec, j *execJob) *answer {
 		log.Error("run failed", "err", err)
 		m.Execs.WithLabelValues(profile, statusFailed).Inc()
 		switch {
-		case errors.Is(err, runner.ErrImageMissing), errors.Is(err, runner.ErrRuntimeMissing):
+		case errors.Is(err, runner.ErrImageMissing), errors.Is(err, runner.ErrRuntimeMissing), errors.Is(err, runner.ErrEgressUnavailable):
 			j.ticket.Cancel()
 			return errAnswer(&Error{Status: http.StatusServiceUnavailable, Code: CodeUnavailable, Message: err.Error()})
 		case errors.Is(err, runner.ErrEngine):
@@ -292,9 +292,10 @@ func (s *Server) buildSpec(req *ExecRequest) (*runner.Spec, error) {
 	if name == "" {
 		name = "default"
 	}
-	prof, ok := s.cfg.Profiles.Exec[name]
+	set := s.profiles()
+	prof, ok := set.Exec[name]
 	if !ok {
-		return nil, validation("profile", "no exec profile named %q; available: %s", name, strings.Join(s.cfg.Profiles.Names(), ", "))
+		return nil, validation("profile", "no exec profile named %q; available: %s", name, strings.Join(set.Names(), ", "))
 	}
 	if req.Code == nil {
 		return nil, validation("code", "code is required: the Python source to run")

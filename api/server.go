@@ -14,6 +14,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/google/uuid"
@@ -51,6 +52,11 @@ type Config struct {
 	// Control configures idempotency, async runs, the kill switch, budgets,
 	// the loop guard and metrics (control.go).
 	Control Control
+	// CurrentProfiles, when set, replaces Profiles: the server reads the
+	// set it points to at each use, so that a reload (sandboxd serve swaps
+	// it on SIGHUP and when a file changes) applies to the next request.
+	// Each request reads it once.
+	CurrentProfiles *atomic.Pointer[profiles.Set]
 }
 
 // Server serves the HTTP API.
@@ -91,6 +97,17 @@ func New(cfg Config) *Server {
 
 // Handler returns the HTTP handler, for tests and for http.Server.
 func (s *Server) Handler() http.Handler { return s.echo }
+
+// profiles returns the profile set in force. Read it once per request and
+// keep the result: a reload may swap it at any time.
+func (s *Server) profiles() *profiles.Set {
+	if s.cfg.CurrentProfiles != nil {
+		if set := s.cfg.CurrentProfiles.Load(); set != nil {
+			return set
+		}
+	}
+	return s.cfg.Profiles
+}
 
 // KillRuns stops every running job (their containers are killed and removed)
 // and waits until their handlers have returned, at most until ctx ends.
@@ -248,9 +265,10 @@ func (s *Server) readyz(c echo.Context) error {
 	engineErr := s.cfg.Engine.Ping(ctx)
 	add("engine", engineErr)
 	if engineErr == nil {
+		set := s.profiles()
 		seen := map[string]bool{}
-		for _, name := range s.cfg.Profiles.Names() {
-			p := s.cfg.Profiles.Exec[name]
+		for _, name := range set.Names() {
+			p := set.Exec[name]
 			if seen[p.Image] {
 				continue
 			}
@@ -259,8 +277,14 @@ func (s *Server) readyz(c echo.Context) error {
 			add("image "+p.Image, err)
 		}
 		var rc []ReadyCheck
-		rc, unavailable = s.runtimeChecks(ctx)
+		rc, unavailable = s.runtimeChecks(ctx, set)
 		checks = append(checks, rc...)
+		if ch, names := s.egressCheck(set); ch != nil {
+			checks = append(checks, *ch)
+			unavailable = append(unavailable, names...)
+			slices.Sort(unavailable)
+			unavailable = slices.Compact(unavailable)
+		}
 	}
 	add("data_dir", checkWritable(s.cfg.DataDir))
 	status, code := "ready", http.StatusOK
@@ -282,15 +306,15 @@ func (s *Server) readyz(c echo.Context) error {
 // other is optional: when it is missing, readyz stays 200 and lists the
 // profiles that need it as unavailable, and their execs answer 503
 // UNAVAILABLE (so a host without gVisor still serves the default profile).
-func (s *Server) runtimeChecks(ctx context.Context) (checks []ReadyCheck, unavailable []string) {
+func (s *Server) runtimeChecks(ctx context.Context, set *profiles.Set) (checks []ReadyCheck, unavailable []string) {
 	lister, ok := s.cfg.Engine.(runtimeLister)
 	if !ok {
 		return nil, nil
 	}
 	users := map[string][]string{} // runtime -> profile names
 	var order []string
-	for _, name := range s.cfg.Profiles.Names() {
-		rt := s.cfg.Profiles.Exec[name].Runtime
+	for _, name := range set.Names() {
+		rt := set.Exec[name].Runtime
 		if users[rt] == nil {
 			order = append(order, rt)
 		}
@@ -314,6 +338,35 @@ func (s *Server) runtimeChecks(ctx context.Context) (checks []ReadyCheck, unavai
 	}
 	slices.Sort(unavailable)
 	return checks, unavailable
+}
+
+// egressNetworker is implemented by engines that run networked sandboxes
+// (*runner.Runner does).
+type egressNetworker interface {
+	EgressNetwork() *runner.EgressNet
+}
+
+// egressCheck checks, when a profile needs network egress, that the egress
+// network is up ("egress network"). It is optional unless the default
+// profile needs it; the profiles that need it are unavailable without it
+// (their execs answer 503 UNAVAILABLE).
+func (s *Server) egressCheck(set *profiles.Set) (*ReadyCheck, []string) {
+	var users []string
+	for _, name := range set.Names() {
+		if runner.Networked(set.Exec[name]) {
+			users = append(users, name)
+		}
+	}
+	if len(users) == 0 {
+		return nil, nil
+	}
+	ch := &ReadyCheck{Name: "egress network", Optional: !slices.Contains(users, profiles.DefaultName)}
+	if en, ok := s.cfg.Engine.(egressNetworker); ok && en.EgressNetwork() != nil {
+		ch.OK = true
+		return ch, nil
+	}
+	ch.Error = fmt.Sprintf("the egress network is not set up (the log says why), so execs with profile %s answer 503 UNAVAILABLE", strings.Join(users, ", "))
+	return ch, users
 }
 
 func checkWritable(dir string) error {
