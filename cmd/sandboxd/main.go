@@ -21,12 +21,14 @@ import (
 	"runtime"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"time"
 
 	"github.com/sandboxd/sandboxd/admit"
 	"github.com/sandboxd/sandboxd/api"
 	"github.com/sandboxd/sandboxd/auth"
+	"github.com/sandboxd/sandboxd/egress"
 	"github.com/sandboxd/sandboxd/profiles"
 	"github.com/sandboxd/sandboxd/runner"
 )
@@ -95,6 +97,23 @@ type serveConfig struct {
 	maxBodyMB                            int64
 	logLevel                             string
 	ctl                                  controlFlags // control.go
+	// profilesPoll is how often the profiles dir is checked for changes
+	// (0: only on SIGHUP); egressPort the egress proxy's port on the
+	// egress network's gateway (0: any free port).
+	profilesPoll time.Duration
+	egressPort   int
+	// hooks are for tests; nil in the real command.
+	hooks *serveHooks
+}
+
+// serveHooks let tests run serveWith in-process.
+type serveHooks struct {
+	// resolver resolves names for the egress proxy instead of the system.
+	resolver egress.Resolver
+	// listening is called with the API's address once it listens.
+	listening func(addr string)
+	// stop, when closed, shuts the server down as SIGTERM does.
+	stop <-chan struct{}
 }
 
 // envDefault returns the value of SANDBOXD_<NAME> or def.
@@ -152,6 +171,8 @@ func parseServe(args []string, stderr io.Writer) (*serveConfig, error) {
 	fs.IntVar(&c.poolSize, "pool-size", envInt("POOL_SIZE", 2), "started sandboxes kept ready per exec profile; 0 turns the warm pool off (env SANDBOXD_POOL_SIZE)")
 	fs.IntVar(&c.poolMax, "pool-max", envInt("POOL_MAX", 8), "most started sandboxes kept ready per exec profile when traffic needs more than --pool-size (env SANDBOXD_POOL_MAX)")
 	fs.StringVar(&c.logLevel, "log-level", envDefault("LOG_LEVEL", "info"), "debug, info, warn or error (env SANDBOXD_LOG_LEVEL)")
+	fs.DurationVar(&c.profilesPoll, "profiles-poll", envDuration("PROFILES_POLL", 3*time.Second), "how often the profiles dir is checked for changed files, which are then reloaded (SIGHUP reloads at once); 0 turns polling off (env SANDBOXD_PROFILES_POLL)")
+	fs.IntVar(&c.egressPort, "egress-port", envInt("EGRESS_PORT", 3128), "port of the egress proxy on the egress network's gateway, for exec profiles with network egress; 0 picks a free one (env SANDBOXD_EGRESS_PORT)")
 	addControlFlags(fs, &c.ctl)
 	if err := fs.Parse(args); err != nil {
 		return nil, err
@@ -166,6 +187,12 @@ func parseServe(args []string, stderr io.Writer) (*serveConfig, error) {
 		return nil, errors.New("--max-runs and --max-body-mb must be at least 1, --queue and --shutdown-grace at least 0, --pool-size 0 to 64, --queue-wait above 0")
 	}
 	if err := c.ctl.check(); err != nil {
+		return nil, err
+	}
+	if c.profilesPoll < 0 {
+		return nil, errors.New("--profiles-poll must be 0 (off) or a positive duration")
+	}
+	if err := proxyPortFlag(c.egressPort); err != nil {
 		return nil, err
 	}
 	return c, nil
@@ -198,6 +225,13 @@ func serveWith(cfg *serveConfig, log *slog.Logger, console io.Writer) error {
 	if err != nil {
 		return fmt.Errorf("loading profiles: %w", err)
 	}
+	current := &atomic.Pointer[profiles.Set]{}
+	current.Store(set)
+	// SIGHUP reloads the profiles; caught from the start so that an early
+	// one does not end the process.
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
 	keys, err := loadKeys(cfg.keysFile, log, console)
 	if err != nil {
 		return err
@@ -214,32 +248,70 @@ func serveWith(cfg *serveConfig, log *slog.Logger, console io.Writer) error {
 		return err
 	}
 	defer closeStore()
-	eng, err := runner.New(log, runner.InstanceID(dataDir))
+	instance := runner.InstanceID(dataDir)
+	eng, err := runner.New(log, instance)
 	if err != nil {
 		return err
 	}
+	var resolver egress.Resolver
+	if cfg.hooks != nil {
+		resolver = cfg.hooks.resolver
+	}
+	eside := &egressSide{eng: eng, cur: current, log: log, instance: instance, port: cfg.egressPort, resolver: resolver}
+	// The proxy and the firewall outlive the sandboxes: they stop once the
+	// runner has removed every container (on an early return too). When
+	// that fails, the firewall rules stay (fail closed) until the next
+	// start replaces them.
+	engClosed := false
+	defer func() {
+		if !engClosed {
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			err := eng.Close(ctx)
+			cancel()
+			if err != nil {
+				log.Error("sandboxes may remain; the egress firewall rules stay until the next start", "err", err)
+				return
+			}
+		}
+		eside.stop()
+	}()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	if err := eng.Ping(ctx); err != nil {
 		log.Warn("container engine not reachable at start-up; /readyz reports it", "err", err)
 	} else if n, err := eng.Cleanup(ctx); err != nil {
 		log.Warn("removing leftover containers failed", "err", err)
-	} else if n > 0 {
-		log.Info("removed containers left by an earlier process", "count", n)
+	} else {
+		if n > 0 {
+			log.Info("removed containers left by an earlier process", "count", n)
+		}
+		eside.removeLeftovers(ctx, set)
+		eside.ensure(ctx, set)
 	}
 	cancel()
 	eng.EnablePool(cfg.poolSize, cfg.poolMax)
 	eng.Warm(context.Background(), set)
 
+	reloadCtx, stopReload := context.WithCancel(context.Background())
+	defer stopReload()
+	rl := newReloader(cfg.profilesDir, current, log, func(_, set *profiles.Set) {
+		ctx, cancel := context.WithTimeout(reloadCtx, 30*time.Second)
+		defer cancel()
+		eside.ensure(ctx, set)
+		eng.Warm(ctx, set)
+	})
+	go rl.run(reloadCtx, cfg.profilesPoll, hup)
+
 	srv := api.New(api.Config{
-		DataDir:      dataDir,
-		Profiles:     set,
-		Keys:         keys,
-		Engine:       eng,
-		Gate:         admit.New(cfg.maxRuns, cfg.queue, cfg.queueWait),
-		Log:          log,
-		MaxBodyBytes: cfg.maxBodyMB << 20,
-		Version:      version,
-		Control:      ctl,
+		DataDir:         dataDir,
+		Profiles:        set,
+		CurrentProfiles: current,
+		Keys:            keys,
+		Engine:          eng,
+		Gate:            admit.New(cfg.maxRuns, cfg.queue, cfg.queueWait),
+		Log:             log,
+		MaxBodyBytes:    cfg.maxBodyMB << 20,
+		Version:         version,
+		Control:         ctl,
 	})
 	ln, err := net.Listen("tcp", cfg.addr)
 	if err != nil {
@@ -252,19 +324,30 @@ func serveWith(cfg *serveConfig, log *slog.Logger, console io.Writer) error {
 		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
 	}
 	log.Info("sandboxd listening", "addr", ln.Addr().String(), "version", version, "data_dir", dataDir,
-		"profiles", strings.Join(set.Names(), ","), "max_runs", cfg.maxRuns, "queue", cfg.queue, "pool_size", cfg.poolSize)
+		"profiles", strings.Join(set.Names(), ","), "exec_versions", versions(set, false), "egress_versions", versions(set, true),
+		"max_runs", cfg.maxRuns, "queue", cfg.queue, "pool_size", cfg.poolSize)
 
 	serveErr := make(chan error, 1)
 	go func() { serveErr <- hs.Serve(ln) }()
 	sigs := make(chan os.Signal, 1)
 	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT)
+	var stop <-chan struct{}
+	if cfg.hooks != nil {
+		stop = cfg.hooks.stop
+		if cfg.hooks.listening != nil {
+			cfg.hooks.listening(ln.Addr().String())
+		}
+	}
 	select {
 	case err := <-serveErr:
 		return err
 	case sig := <-sigs:
 		log.Info("shutting down", "signal", sig.String(), "grace", cfg.shutdownGrace.String())
+	case <-stop:
+		log.Info("shutting down", "signal", "test stop", "grace", cfg.shutdownGrace.String())
 	}
 	signal.Stop(sigs)
+	stopReload()
 
 	// Stop accepting; let running jobs finish within the grace period; then
 	// kill what is left; then wait until every container is removed.
@@ -281,7 +364,9 @@ func serveWith(cfg *serveConfig, log *slog.Logger, console io.Writer) error {
 	}
 	_ = srv.Close()
 	_ = hs.Shutdown(killCtx)
-	if err := eng.Close(killCtx); err != nil {
+	err = eng.Close(killCtx)
+	engClosed = err == nil
+	if err != nil {
 		return err
 	}
 	log.Info("sandboxd stopped")
