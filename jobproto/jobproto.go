@@ -46,6 +46,8 @@ const (
 
 // Job is everything the launcher needs to run one piece of code.
 type Job struct {
+	// Key seals every frame the launcher sends back (see SealedWriter).
+	Key   []byte            `json:"key"`
 	Code  []byte            `json:"code"`
 	Stdin []byte            `json:"stdin,omitempty"`
 	Files []File            `json:"files,omitempty"`

@@ -141,3 +141,45 @@ func FuzzCheckPath(f *testing.F) {
 		}
 	})
 }
+
+func TestSealedFrames(t *testing.T) {
+	key := NewKey()
+	var buf bytes.Buffer
+	w := NewSealedWriter(&buf, key)
+	for _, p := range []string{"one", "", "three"} {
+		if err := w.Frame(TypeStdout, []byte(p)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	stream := append([]byte(nil), buf.Bytes()...)
+	r := NewSealedReader(bytes.NewReader(stream), key)
+	for _, want := range []string{"one", "", "three"} {
+		typ, p, err := r.Next(1 << 10)
+		if err != nil || typ != TypeStdout || string(p) != want {
+			t.Fatalf("got %q %q %v, want %q", typ, p, err, want)
+		}
+	}
+	if _, _, err := r.Next(1 << 10); err != io.EOF {
+		t.Fatalf("at end: %v", err)
+	}
+
+	// A frame forged without the key, a reordered stream, a flipped bit and
+	// the right frames under another key all fail the check.
+	var forged bytes.Buffer
+	_ = NewSealedWriter(&forged, NewKey()).Frame(TypeExit, []byte(`{"exit_code":0}`))
+	first := len("one") + 5 + MACSize
+	cases := map[string][]byte{
+		"forged frame":  forged.Bytes(),
+		"dropped frame": stream[first:],
+		"flipped bit":   append(append([]byte{}, stream[:6]...), append([]byte{stream[6] ^ 1}, stream[7:]...)...),
+		"unsealed":      append([]byte{TypeExit, 0, 0, 0, 2, '{', '}'}, make([]byte, MACSize)...),
+	}
+	for name, s := range cases {
+		if _, _, err := NewSealedReader(bytes.NewReader(s), key).Next(1 << 10); !errors.Is(err, ErrBadMAC) {
+			t.Errorf("%s: err %v, want ErrBadMAC", name, err)
+		}
+	}
+	if _, _, err := NewSealedReader(bytes.NewReader(stream), NewKey()).Next(1 << 10); !errors.Is(err, ErrBadMAC) {
+		t.Errorf("other key: err %v, want ErrBadMAC", err)
+	}
+}

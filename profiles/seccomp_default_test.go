@@ -35,7 +35,26 @@ var keptArchNames = []string{"amd64", "x32", "x86", "arm64", "arm"}
 // removedSyscalls are taken out of every ALLOW rule of Docker's default
 // profile. Syscalls that Docker allows only with a capability are gone with
 // those rules already (sandboxes drop every capability); see the README.
+// selfOnlySyscalls change a process's limits or scheduling by pid; they are
+// allowed only on the caller itself (pid or who 0), and never for all of a
+// uid's processes (whichUser, the "which" value that means a user).
+var selfOnlySyscalls = []struct {
+	name      string
+	pidArg    uint
+	whichUser int
+}{
+	{"prlimit64", 0, -1},
+	{"setpriority", 1, 2}, // PRIO_USER
+	{"ioprio_set", 1, 3},  // IOPRIO_WHO_USER
+	{"sched_setaffinity", 0, -1},
+	{"sched_setscheduler", 0, -1},
+	{"sched_setparam", 0, -1},
+	{"sched_setattr", 0, -1},
+}
+
 var removedSyscalls = []string{
+	// Allowed only on the caller itself: see selfOnlySyscalls.
+	"prlimit64", "setpriority", "ioprio_set", "sched_setaffinity", "sched_setscheduler", "sched_setparam", "sched_setattr",
 	// Inspecting or writing other processes' memory (Docker allows them
 	// without CAP_SYS_PTRACE on kernels >= 4.8).
 	"ptrace", "process_vm_readv", "process_vm_writev",
@@ -125,6 +144,16 @@ func buildDefaultSeccomp(t testing.TB) *mobyseccomp.Seccomp {
 			r.Comment = socketComments[r.Args[0].Value]
 		}
 		rules = append(rules, r)
+	}
+	for _, so := range selfOnlySyscalls {
+		args := []specs.LinuxSeccompArg{{Index: so.pidArg, Value: 0, Op: specs.OpEqualTo}}
+		if so.whichUser >= 0 {
+			args = append(args, specs.LinuxSeccompArg{Index: 0, Value: uint64(so.whichUser), Op: specs.OpNotEqual})
+		}
+		rules = append(rules, &mobyseccomp.Syscall{
+			LinuxSyscall: specs.LinuxSyscall{Names: []string{so.name}, Action: specs.ActAllow, Args: args},
+			Comment:      "only for the caller itself: the code shares its uid with the launcher (the container's init), which must keep its limits and scheduling",
+		})
 	}
 	p.Syscalls = rules
 

@@ -37,15 +37,16 @@ func (c *collector) read(r io.Reader) error {
 	// Everything the launcher may legitimately send, plus headers.
 	budget := 2*c.job.OutputBytes + c.job.MaxOutTotalBytes + int64(c.job.MaxOutCount+1)*frameOverhead + 1<<20
 	var received int64
+	frames := jobproto.NewSealedReader(r, c.job.Key)
 	for {
-		typ, p, err := jobproto.ReadFrame(r, int(min(budget-received, jobproto.MaxFrame)))
+		typ, p, err := frames.Next(int(min(budget-received, jobproto.MaxFrame)))
 		if err != nil {
 			if err == jobproto.ErrFrameTooLarge {
 				return fmt.Errorf("the sandbox sent more than its output caps allow")
 			}
 			return err
 		}
-		received += int64(len(p)) + 5
+		received += int64(len(p)) + 5 + jobproto.MACSize
 		if c.exited {
 			return fmt.Errorf("the sandbox sent a frame after its exit report")
 		}

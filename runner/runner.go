@@ -418,6 +418,8 @@ func (r *Runner) lower(ctx context.Context, b *box, spec *Spec) error {
 func (r *Runner) runIn(ctx context.Context, b *box, spec *Spec) (*Result, error) {
 	cid, hj, imageID := b.id, b.hj, b.imageID
 	defer r.removeLater(cid)
+	// A fresh key per run seals what the launcher reports (jobproto.SealedWriter).
+	spec.Job.Key = jobproto.NewKey()
 	defer hj.Close()
 	bg := context.WithoutCancel(ctx)
 

@@ -3,6 +3,7 @@ package runner
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"io"
 	"log/slog"
@@ -80,37 +81,46 @@ func TestCreateOptionsLockdown(t *testing.T) {
 	}
 }
 
-// frames builds a launcher stream.
-func frames(t *testing.T, fs ...func(w io.Writer) error) io.Reader {
+var testKey = jobproto.NewKey()
+
+// frames builds a launcher stream sealed with testKey.
+func frames(t *testing.T, fs ...func(w *jobproto.SealedWriter) error) io.Reader {
 	var b bytes.Buffer
+	w := jobproto.NewSealedWriter(&b, testKey)
 	for _, f := range fs {
-		if err := f(&b); err != nil {
+		if err := f(w); err != nil {
 			t.Fatal(err)
 		}
 	}
 	return &b
 }
 
-func out(typ byte, s string) func(io.Writer) error {
-	return func(w io.Writer) error { return jobproto.WriteFrame(w, typ, []byte(s)) }
+func out(typ byte, s string) func(*jobproto.SealedWriter) error {
+	return func(w *jobproto.SealedWriter) error { return w.Frame(typ, []byte(s)) }
 }
 
-func exitFrame(e jobproto.Exit) func(io.Writer) error {
-	return func(w io.Writer) error { return jobproto.WriteJSON(w, jobproto.TypeExit, e) }
+func exitFrame(e jobproto.Exit) func(*jobproto.SealedWriter) error {
+	return func(w *jobproto.SealedWriter) error {
+		b, err := json.Marshal(e)
+		if err != nil {
+			return err
+		}
+		return w.Frame(jobproto.TypeExit, b)
+	}
 }
 
-func fileFrame(path string, content string) func(io.Writer) error {
-	return func(w io.Writer) error {
+func fileFrame(path string, content string) func(*jobproto.SealedWriter) error {
+	return func(w *jobproto.SealedWriter) error {
 		p, err := jobproto.EncodeFile(jobproto.FileHeader{Path: path, Size: int64(len(content))}, []byte(content))
 		if err != nil {
 			return err
 		}
-		return jobproto.WriteFrame(w, jobproto.TypeFile, p)
+		return w.Frame(jobproto.TypeFile, p)
 	}
 }
 
 func testCollector(outputBytes, fileBytes int64, count int) *collector {
-	return newCollector(&Spec{Job: jobproto.Job{OutputBytes: outputBytes, MaxOutFileBytes: fileBytes, MaxOutTotalBytes: fileBytes * 2, MaxOutCount: count}})
+	return newCollector(&Spec{Job: jobproto.Job{Key: testKey, OutputBytes: outputBytes, MaxOutFileBytes: fileBytes, MaxOutTotalBytes: fileBytes * 2, MaxOutCount: count}})
 }
 
 // The collector must hold its caps even when the launcher (which the code
@@ -152,6 +162,7 @@ func TestCollectorRejectsProtocolAbuse(t *testing.T) {
 		"bad file frame":    frames(t, out('F', "garbage")),
 		"frame over budget": frames(t, out('O', strings.Repeat("x", 3<<20))),
 		"bad exit json":     frames(t, out('X', "{")),
+		"unsealed frame":    bytes.NewReader(append([]byte{'X', 0, 0, 0, 2, '{', '}'}, make([]byte, jobproto.MACSize)...)),
 	}
 	for name, r := range cases {
 		c := testCollector(10, 10, 1)

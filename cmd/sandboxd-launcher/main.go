@@ -42,18 +42,20 @@ func main() {
 	// The launcher is the container's init (pid 1): no other process holds
 	// the report stream, signals the code sends it are dropped, and when it
 	// exits the kernel kills everything left in the container.
-	// Handled, not ignored: ignored dispositions would pass on to Python.
+	// Every signal is caught, not ignored (ignored dispositions would pass
+	// on to Python): with a handler for all of them, none the code sends —
+	// SIGSEGV or SIGABRT included, which Go would otherwise crash on — can
+	// end the launcher; the kernel keeps SIGKILL and SIGSTOP from the
+	// container's init.
 	sigs := make(chan os.Signal, 16)
-	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP, syscall.SIGQUIT,
-		syscall.SIGUSR1, syscall.SIGUSR2, syscall.SIGPIPE, syscall.SIGALRM, syscall.SIGTSTP,
-		syscall.SIGTTIN, syscall.SIGTTOU, syscall.SIGXCPU, syscall.SIGXFSZ, syscall.SIGVTALRM, syscall.SIGPROF)
+	signal.Notify(sigs)
 	go func() {
 		for range sigs {
 		}
 	}()
 	reserveThreads(8)
 
-	out := &frameWriter{w: os.Stdout}
+	out := newFrameWriter(os.Stdout)
 	exit := run(out)
 	if err := out.json(jobproto.TypeExit, exit); err != nil {
 		fmt.Fprintln(os.Stderr, "sandboxd-launcher: writing exit frame:", err)
@@ -80,21 +82,37 @@ func reserveThreads(n int) {
 	release.Done()
 }
 
+// frameWriter writes the launcher's sealed frames to its stdout. Until the
+// job (and its key) arrives it seals with an empty key, which sandboxd
+// rejects: only an error report can be sent then anyway.
 type frameWriter struct {
 	mu sync.Mutex
-	w  io.Writer
+	w  *jobproto.SealedWriter
+}
+
+func newFrameWriter(w io.Writer) *frameWriter {
+	return &frameWriter{w: jobproto.NewSealedWriter(w, nil)}
+}
+
+// setKey seals every later frame with the run's key.
+func (f *frameWriter) setKey(w io.Writer, key []byte) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.w = jobproto.NewSealedWriter(w, key)
 }
 
 func (f *frameWriter) frame(typ byte, p []byte) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	return jobproto.WriteFrame(f.w, typ, p)
+	return f.w.Frame(typ, p)
 }
 
 func (f *frameWriter) json(typ byte, v any) error {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return jobproto.WriteJSON(f.w, typ, v)
+	b, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+	return f.frame(typ, b)
 }
 
 func run(out *frameWriter) jobproto.Exit {
@@ -116,6 +134,7 @@ func run(out *frameWriter) jobproto.Exit {
 		return jobproto.Exit{ExitCode: -1, Error: "decoding job: " + err.Error()}
 	}
 	payload = nil
+	out.setKey(os.Stdout, job.Key)
 	if err := prepare(&job); err != nil {
 		return jobproto.Exit{ExitCode: -1, Error: err.Error()}
 	}
