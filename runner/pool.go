@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
 	"sync"
 	"time"
 
@@ -44,6 +45,8 @@ type poolClass struct {
 	startTime time.Duration
 	// arrived is closed and replaced whenever a box becomes ready.
 	arrived chan struct{}
+	// disabled stops filling: the profile's runtime or image is missing.
+	disabled bool
 	// gone is set while the profile is not in the loaded set (retain):
 	// the class is not refilled and boxes that finish starting are removed.
 	gone bool
@@ -135,10 +138,15 @@ func (r *Runner) PoolStats() map[string][2]int {
 }
 
 // poolable reports whether a run with these limits can use a box made with
-// the profile's: memory, CPU and pids can be lowered on a running container
-// (see lower); the tmpfs size cannot.
+// the profile's: memory, CPU and pids can be lowered on a running runc
+// container (see lower); the tmpfs size cannot, and runsc has no update.
 func poolable(spec *Spec) bool {
-	return spec.Limits.TmpfsMB == spec.Profile.Limits.TmpfsMB
+	p, l := spec.Profile.Limits, spec.Limits
+	if l.TmpfsMB != p.TmpfsMB {
+		return false
+	}
+	lowered := l.MemoryMB != p.MemoryMB || l.CPUs != p.CPUs || l.Pids != p.Pids
+	return !lowered || spec.Profile.Runtime != "runsc"
 }
 
 // take returns a ready box for the profile and image, or nil. When none is
@@ -203,6 +211,7 @@ func (p *pool) class(prof *profiles.Exec, imageID string) *poolClass {
 		}
 		c.ready = nil
 		c.profile, c.imageID = prof, imageID
+		c.disabled, c.failures = false, 0
 	}
 	c.gone = false
 	return c
@@ -220,7 +229,7 @@ func (p *pool) fill(prof *profiles.Exec, imageID string) {
 // refillLocked starts fillers, at most maxFillers at once, while the class
 // is below its target (counting the boxes already starting).
 func (p *pool) refillLocked(c *poolClass) {
-	for !p.closed && !c.gone && c.filling < maxFillers && len(c.ready)+c.filling < p.target(c, time.Now()) {
+	for !p.closed && !c.gone && !c.disabled && c.filling < maxFillers && len(c.ready)+c.filling < p.target(c, time.Now()) {
 		c.filling++
 		p.wg.Add(1)
 		go p.filler(c)
@@ -253,6 +262,11 @@ func (p *pool) filler(c *poolClass) {
 	defer p.mu.Unlock()
 	c.filling--
 	switch {
+	case errors.Is(err, ErrRuntimeMissing) || errors.Is(err, ErrImageMissing):
+		// Nothing to retry until the profile or image changes; requests
+		// get the clear error from a cold start.
+		c.disabled = true
+		p.r.log.Warn("not keeping a pool for this profile", "profile", prof.Name, "err", err)
 	case err != nil:
 		c.failures++
 		p.r.log.Warn("starting a pooled sandbox failed", "profile", prof.Name, "err", err, "failures", c.failures)

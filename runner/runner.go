@@ -406,7 +406,7 @@ func (r *Runner) lower(ctx context.Context, b *box, spec *Spec) error {
 		return nil
 	}
 	mem := l.MemoryMB << 20
-	pids := l.Pids + pidsOverhead
+	pids := l.Pids + pidsOverhead + runtimePidsOverhead(spec.Profile.Runtime)
 	_, err := r.cli.ContainerUpdate(context.WithoutCancel(ctx), b.id, container.UpdateConfig{Resources: container.Resources{
 		Memory: mem, MemorySwap: mem, NanoCPUs: int64(l.CPUs * 1e9), PidsLimit: &pids,
 	}})
