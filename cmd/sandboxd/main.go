@@ -39,6 +39,7 @@ var version = "dev"
 const usage = `usage:
   sandboxd serve [flags]          run the HTTP service (sandboxd serve -h lists the flags)
   sandboxd profiles check DIR     validate every profile under DIR
+  sandboxd seccomp check [FILE]   compile a seccomp profile for this host (default profiles/seccomp/default.json)
   sandboxd version                print the version
 `
 
