@@ -22,7 +22,7 @@ const FileName = "sandboxd.db"
 const lockName = "sandboxd.lock"
 
 // schemaVersion is stored in user_version; bump it with a migration.
-const schemaVersion = 1
+const schemaVersion = 2
 
 var schema = []string{
 	`CREATE TABLE IF NOT EXISTS settings (
@@ -65,6 +65,29 @@ var schema = []string{
 		updated_at INTEGER NOT NULL,
 		PRIMARY KEY (scope, tenant, name))`,
 	`CREATE INDEX IF NOT EXISTS usage_updated ON usage (updated_at)`,
+	// Version 2: egress approvals.
+	`CREATE TABLE IF NOT EXISTS approvals (
+		id TEXT PRIMARY KEY,
+		profile TEXT NOT NULL,
+		profile_version TEXT NOT NULL,
+		host TEXT NOT NULL,
+		port INTEGER NOT NULL,
+		method TEXT NOT NULL,
+		url TEXT NOT NULL,
+		tenant TEXT NOT NULL,
+		key_id TEXT NOT NULL,
+		client TEXT NOT NULL,
+		state TEXT NOT NULL,
+		count INTEGER NOT NULL,
+		first_seen INTEGER NOT NULL,
+		last_seen INTEGER NOT NULL,
+		decided_by TEXT NOT NULL DEFAULT '',
+		decided_tenant TEXT NOT NULL DEFAULT '',
+		decided_at INTEGER NOT NULL DEFAULT 0,
+		reason TEXT NOT NULL DEFAULT '',
+		expires_at INTEGER NOT NULL DEFAULT 0)`,
+	`CREATE INDEX IF NOT EXISTS approvals_host ON approvals (profile, host)`,
+	`CREATE INDEX IF NOT EXISTS approvals_seen ON approvals (last_seen)`,
 }
 
 // SQLite is the embedded Store: one database file, WAL mode.
@@ -359,6 +382,7 @@ func (s *SQLite) Purge(ctx context.Context, now, usageBefore time.Time) (int64, 
 		{`DELETE FROM idempotency WHERE expires_at <= ?`, ms(now)},
 		{`DELETE FROM execs WHERE expires_at <= ?`, ms(now)},
 		{`DELETE FROM usage WHERE updated_at < ?`, ms(usageBefore)},
+		{`DELETE FROM approvals WHERE (state = 'approved' AND expires_at <= ?1) OR (state = 'pending' AND last_seen <= ?1)`, ms(now.Add(-ApprovalRetention))},
 	} {
 		res, err := s.db.ExecContext(ctx, q.sql, q.arg)
 		if err != nil {

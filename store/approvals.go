@@ -1,0 +1,192 @@
+package store
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"time"
+)
+
+const approvalCols = `id, profile, profile_version, host, port, method, url, tenant, key_id, client, state, count,
+	first_seen, last_seen, decided_by, decided_tenant, decided_at, reason, expires_at`
+
+func scanApproval(row interface{ Scan(...any) error }) (*Approval, error) {
+	a := &Approval{}
+	var first, last, decided, expires int64
+	err := row.Scan(&a.ID, &a.Profile, &a.ProfileVersion, &a.Host, &a.Port, &a.Method, &a.URL, &a.Tenant, &a.KeyID, &a.Client,
+		&a.State, &a.Count, &first, &last, &a.DecidedBy, &a.DecidedTenant, &decided, &a.Reason, &expires)
+	if errors.Is(err, sql.ErrNoRows) {
+		return nil, ErrNotFound
+	}
+	if err != nil {
+		return nil, err
+	}
+	a.FirstSeen, a.LastSeen = fromMS(first), fromMS(last)
+	if decided != 0 {
+		a.DecidedAt = fromMS(decided)
+	}
+	if expires != 0 {
+		a.ExpiresAt = fromMS(expires)
+	}
+	return a, nil
+}
+
+func optMS(t time.Time) int64 {
+	if t.IsZero() {
+		return 0
+	}
+	return ms(t)
+}
+
+// standingWhere selects the standing record of a profile and host: pending,
+// rejected, or approved and not yet expired. Arguments: profile, host, now.
+const standingWhere = `profile = ? AND host = ? AND (state IN ('pending', 'rejected') OR (state = 'approved' AND expires_at > ?))`
+
+type queryRower interface {
+	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
+}
+
+func standing(ctx context.Context, q queryRower, profile, host string, now time.Time) (*Approval, error) {
+	return scanApproval(q.QueryRowContext(ctx, `SELECT `+approvalCols+` FROM approvals WHERE `+standingWhere+
+		` ORDER BY last_seen DESC LIMIT 1`, profile, host, ms(now)))
+}
+
+// FileApproval implements Store.
+func (s *SQLite) FileApproval(ctx context.Context, a *Approval, now time.Time) (*Approval, bool, error) {
+	if a.ID == "" || a.Profile == "" || a.Host == "" {
+		return nil, false, errors.New("store: an approval needs an id, a profile and a host")
+	}
+	tx, err := s.db.BeginTx(ctx, nil)
+	if err != nil {
+		return nil, false, err
+	}
+	defer tx.Rollback()
+	old, err := standing(ctx, tx, a.Profile, a.Host, now)
+	switch {
+	case err == nil:
+		if old.State == ApprovalApproved {
+			return old, false, nil
+		}
+		old.Count++
+		if now.After(old.LastSeen) {
+			old.LastSeen = now.UTC().Truncate(time.Millisecond)
+		}
+		if _, err := tx.ExecContext(ctx, `UPDATE approvals SET count = ?, last_seen = ? WHERE id = ?`, old.Count, ms(old.LastSeen), old.ID); err != nil {
+			return nil, false, err
+		}
+		return old, false, tx.Commit()
+	case !errors.Is(err, ErrNotFound):
+		return nil, false, err
+	}
+	r := *a
+	r.State, r.Count = ApprovalPending, 1
+	r.FirstSeen = now.UTC().Truncate(time.Millisecond)
+	r.LastSeen = r.FirstSeen
+	r.DecidedBy, r.DecidedTenant, r.DecidedAt, r.Reason, r.ExpiresAt = "", "", time.Time{}, "", time.Time{}
+	if _, err := tx.ExecContext(ctx, `INSERT INTO approvals (`+approvalCols+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, '', '', 0, '', 0)`,
+		r.ID, r.Profile, r.ProfileVersion, r.Host, r.Port, r.Method, r.URL, r.Tenant, r.KeyID, r.Client, r.State, r.Count,
+		ms(r.FirstSeen), ms(r.LastSeen)); err != nil {
+		return nil, false, err
+	}
+	if err := tx.Commit(); err != nil {
+		return nil, false, err
+	}
+	return &r, true, nil
+}
+
+// StandingApproval implements Store.
+func (s *SQLite) StandingApproval(ctx context.Context, profile, host string, now time.Time) (*Approval, error) {
+	return standing(ctx, s.db, profile, host, now)
+}
+
+// GetApproval implements Store.
+func (s *SQLite) GetApproval(ctx context.Context, id string) (*Approval, error) {
+	return scanApproval(s.db.QueryRowContext(ctx, `SELECT `+approvalCols+` FROM approvals WHERE id = ?`, id))
+}
+
+// ListApprovals implements Store.
+func (s *SQLite) ListApprovals(ctx context.Context, f ApprovalFilter, now time.Time) ([]*Approval, error) {
+	q := `SELECT ` + approvalCols + ` FROM approvals WHERE 1 = 1`
+	var args []any
+	switch f.Status {
+	case "":
+	case ApprovalPending, ApprovalRejected:
+		q += ` AND state = ?`
+		args = append(args, f.Status)
+	case ApprovalApproved:
+		q += ` AND state = 'approved' AND expires_at > ?`
+		args = append(args, ms(now))
+	case ApprovalExpired:
+		q += ` AND state = 'approved' AND expires_at <= ?`
+		args = append(args, ms(now))
+	default:
+		return nil, fmt.Errorf("store: unknown approval status %q", f.Status)
+	}
+	if f.Profile != "" {
+		q += ` AND profile = ?`
+		args = append(args, f.Profile)
+	}
+	if f.Host != "" {
+		q += ` AND host = ?`
+		args = append(args, f.Host)
+	}
+	limit := f.Limit
+	if limit <= 0 {
+		limit = 100
+	}
+	q += ` ORDER BY last_seen DESC, id LIMIT ?`
+	args = append(args, limit)
+	rows, err := s.db.QueryContext(ctx, q, args...)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	out := []*Approval{}
+	for rows.Next() {
+		a, err := scanApproval(rows)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, a)
+	}
+	return out, rows.Err()
+}
+
+// DecideApproval implements Store.
+func (s *SQLite) DecideApproval(ctx context.Context, id string, d ApprovalDecision, now time.Time) (*Approval, *Approval, error) {
+	switch {
+	case d.State != ApprovalApproved && d.State != ApprovalRejected:
+		return nil, nil, fmt.Errorf("store: a decision is approved or rejected, not %q", d.State)
+	case d.State == ApprovalApproved && !d.ExpiresAt.After(now):
+		return nil, nil, errors.New("store: an approval must expire after now")
+	}
+	tx, err := s.db.BeginTx(ctx, nil)
+	if err != nil {
+		return nil, nil, err
+	}
+	defer tx.Rollback()
+	before, err := scanApproval(tx.QueryRowContext(ctx, `SELECT `+approvalCols+` FROM approvals WHERE id = ?`, id))
+	if err != nil {
+		return nil, nil, err
+	}
+	if before.Status(now) == ApprovalExpired {
+		return before, nil, fmt.Errorf("approval %s expired at %s: %w", id, before.ExpiresAt.Format(time.RFC3339), ErrApprovalExpired)
+	}
+	after := *before
+	after.State = d.State
+	after.DecidedBy, after.DecidedTenant, after.Reason = d.By, d.ByTenant, d.Reason
+	after.DecidedAt = now.UTC().Truncate(time.Millisecond)
+	after.ExpiresAt = time.Time{}
+	if d.State == ApprovalApproved {
+		after.ExpiresAt = d.ExpiresAt.UTC().Truncate(time.Millisecond)
+	}
+	if _, err := tx.ExecContext(ctx, `UPDATE approvals SET state = ?, decided_by = ?, decided_tenant = ?, decided_at = ?, reason = ?, expires_at = ? WHERE id = ?`,
+		after.State, after.DecidedBy, after.DecidedTenant, ms(after.DecidedAt), after.Reason, optMS(after.ExpiresAt), id); err != nil {
+		return nil, nil, err
+	}
+	if err := tx.Commit(); err != nil {
+		return nil, nil, err
+	}
+	return before, &after, nil
+}
