@@ -4,6 +4,7 @@ package main
 
 import (
 	"bytes"
+	"encoding/json"
 	"fmt"
 	"os"
 	"os/exec"
@@ -49,7 +50,17 @@ func TestSeccompCheckShippedProfiles(t *testing.T) {
 	if code := run([]string{"seccomp", "check", shippedSeccomp}, &out, &errOut); code != 0 {
 		t.Fatalf("seccomp check exited %d: %s", code, errOut.String())
 	}
-	for _, want := range []string{shippedSeccomp + ": ok for ", "rules: 13 in the file", "syscalls: ", "BPF: ", " instructions ("} {
+	// The rule count is the file's: count its syscalls entries.
+	raw, err := os.ReadFile(shippedSeccomp)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var doc struct{ Syscalls []json.RawMessage }
+	if err := json.Unmarshal(raw, &doc); err != nil {
+		t.Fatal(err)
+	}
+	rules := fmt.Sprintf("rules: %d in the file", len(doc.Syscalls))
+	for _, want := range []string{shippedSeccomp + ": ok for ", rules, "syscalls: ", "BPF: ", " instructions ("} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("output lacks %q:\n%s", want, out.String())
 		}
