@@ -103,6 +103,10 @@ type Request struct {
 	// Client identifies who asks (an exec id, a fetch id), for the log.
 	// It is never taken from anything the sandbox sends.
 	Client string
+	// Tenant and KeyID, when the caller knows them, say whose request it
+	// is, for the approval request a profile in approve mode files.
+	Tenant string
+	KeyID  string
 }
 
 // Decision is the verdict on one request.
@@ -118,6 +122,9 @@ type Decision struct {
 	Rule string
 	// WouldDeny is set in report mode when enforce would have denied.
 	WouldDeny bool
+	// ApprovalID names the approval (approve mode) that allowed the
+	// request, or the request for one that it filed or found.
+	ApprovalID string
 
 	Profile        string
 	ProfileVersion string
@@ -168,6 +175,9 @@ type Checker struct {
 	Resolver Resolver
 	// DNSTimeout bounds a lookup; zero means DefaultDNSTimeout.
 	DNSTimeout time.Duration
+	// Approvals answers for hosts no rule matches under a profile in
+	// approve mode; nil denies them all (approval_required).
+	Approvals Approvals
 
 	mu   sync.RWMutex
 	self []netip.AddrPort
@@ -231,9 +241,10 @@ func (c *Checker) resolver() Resolver {
 // recognised); names refused whatever they resolve to (localhost, metadata
 // service names); an IP literal against the always-denied ranges and the
 // proxy's own addresses; deny rules, then allow rules (host, port,
-// method); one lookup, every address checked, any denied address denying
-// the name as a whole; the address to dial (the first IPv4 answer, else
-// the first answer).
+// method), and in approve mode, for a host no rule matches, the approval
+// (Approvals; approval.go); one lookup, every address checked, any denied
+// address denying the name as a whole (an approved host too); the address
+// to dial (the first IPv4 answer, else the first answer).
 func (c *Checker) Decide(ctx context.Context, p *Profile, req Request) Decision {
 	d := Decision{Client: req.Client, Method: req.Method, profile: p}
 	if p == nil || p.compiled == nil {
@@ -256,7 +267,7 @@ func (c *Checker) Decide(ctx context.Context, p *Profile, req Request) Decision 
 			return d.denyParse(err)
 		}
 	}
-	return c.decide(ctx, p, d, t)
+	return c.decide(ctx, p, d, t, req)
 }
 
 // DecideTarget is Decide for a target already normalised by hostport (a
@@ -270,10 +281,10 @@ func (c *Checker) DecideTarget(ctx context.Context, p *Profile, method string, t
 	if !validMethod(method) {
 		return d.deny(CodeBadMethod, "", fmt.Sprintf("method %q is not an HTTP method token", method))
 	}
-	return c.decide(ctx, p, d, t)
+	return c.decide(ctx, p, d, t, Request{Method: method, Client: client})
 }
 
-func (c *Checker) decide(ctx context.Context, p *Profile, d Decision, t hostport.Target) Decision {
+func (c *Checker) decide(ctx context.Context, p *Profile, d Decision, t hostport.Target, req Request) Decision {
 	d.Scheme, d.Host, d.Port = t.Scheme, t.Host, t.Port
 	d.HostHeader = t.HostHeader()
 	if t.Scheme == "" {
@@ -298,12 +309,11 @@ func (c *Checker) decide(ctx context.Context, p *Profile, d Decision, t hostport
 	}
 
 	code, ruleID, reason := comp.judge(t.Host, t.IsIP(), t.Port, d.Method)
+	if code == CodeNoRule && p.Mode == ModeApprove {
+		code, ruleID, reason = c.approval(ctx, p, &d, t, req, reason)
+	}
 	d.Rule = ruleID
 	if code != CodeAllowed {
-		if code == CodeNoRule && p.Mode == ModeApprove {
-			code = CodeApproval
-			reason += "; the profile is in approve mode, so the host needs a person's approval (approvals are not available yet, so it stays denied)"
-		}
 		if p.Mode != ModeReport {
 			return d.deny(code, ruleID, reason)
 		}

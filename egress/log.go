@@ -69,6 +69,9 @@ func Log(ctx context.Context, l *slog.Logger, d *Decision, o Outcome) {
 		slog.Int64("bytes_down", o.BytesDown),
 		slog.Int64("duration_ms", o.Duration.Milliseconds()),
 	}
+	if d.ApprovalID != "" {
+		attrs = append(attrs, slog.String("approval_id", d.ApprovalID))
+	}
 	level := slog.LevelInfo
 	if !d.Allow || d.WouldDeny {
 		level = slog.LevelWarn

@@ -37,9 +37,11 @@ const (
 	// malformed requests) are denied in report mode too.
 	ModeReport Mode = "report"
 	// ModeApprove denies a request to a host that matches no rule with the
-	// code approval_required, so that a person can approve the host.
-	// (Recording and granting approvals is not built yet: such requests
-	// stay denied.)
+	// code approval_required and files an approval request (Checker's
+	// Approvals), so that a person can approve the host; an approved host
+	// is allowed on the ports and methods of ApprovalPorts and
+	// ApprovalMethods until the approval expires. Nothing is approved
+	// without a person's decision.
 	ModeApprove Mode = "approve"
 )
 
