@@ -81,6 +81,10 @@ type Config struct {
 	MaxConnsPerClient int
 }
 
+// ApprovalIDHeader carries the id of the approval request on a refusal
+// under a profile in approve mode (approval_required, approval_rejected).
+const ApprovalIDHeader = "X-Sandboxd-Approval-Id"
+
 // TunnelSlack is added to a profile's byte caps for tunnels: TLS
 // handshakes and request and response headers travel inside them.
 const TunnelSlack = 64 << 10
@@ -434,6 +438,10 @@ func (p *Proxy) refuse(w http.ResponseWriter, r *http.Request, d egress.Decision
 		w.Header().Set("Retry-After", retryAfter)
 	}
 	w.Header().Set("X-Sandboxd-Egress", string(d.Code))
+	if d.ApprovalID != "" {
+		// approve mode: the approval request to quote to a security user.
+		w.Header().Set(ApprovalIDHeader, d.ApprovalID)
+	}
 	w.Header().Set("Connection", "close")
 	http.Error(w, "sandboxd egress proxy: "+d.Verdict()+": "+d.Reason, status)
 	egress.Log(r.Context(), p.cfg.Log, &d, egress.Outcome{Status: status, Duration: time.Since(start), Via: via(r)})
