@@ -295,6 +295,7 @@ func (s *Server) observe(next echo.HandlerFunc) echo.HandlerFunc {
 type liveExec struct {
 	id      string
 	tenant  string
+	keyID   string
 	async   bool
 	created time.Time
 	ctx     context.Context

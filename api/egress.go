@@ -120,6 +120,9 @@ type EvaluateResponse struct {
 	Code string `json:"code"`
 	// WouldDeny is set in report mode when enforce would deny.
 	WouldDeny bool `json:"would_deny"`
+	// ApprovalID names the standing approval (or pending request) of the
+	// host under a profile in approve mode.
+	ApprovalID string `json:"approval_id,omitempty"`
 	// Host and Port are the normalised target; Dial the address that would
 	// be dialled.
 	Host    string          `json:"host"`
@@ -154,7 +157,9 @@ func (s *Server) evaluateProfile(c echo.Context) error {
 	}
 	ctx, cancel := context.WithTimeout(c.Request().Context(), evaluateTimeout)
 	defer cancel()
-	checker := &egress.Checker{Resolver: s.cfg.Resolver}
+	// Approvals read-only: a dry run shows what an approval allows and
+	// files no approval request.
+	checker := &egress.Checker{Resolver: s.cfg.Resolver, Approvals: s.approvals.ReadOnly()}
 	d := checker.Decide(ctx, p, egress.Request{Method: body.Method, Target: body.URL, Client: "evaluate"})
 	if d.Code.BadRequest() {
 		field := "url"
@@ -164,7 +169,7 @@ func (s *Server) evaluateProfile(c echo.Context) error {
 		return validation(field, "%s cannot be evaluated: %s", field, d.Reason)
 	}
 	out := EvaluateResponse{
-		Decision: d.Verdict(), Reason: d.Reason, Rule: d.Rule, Code: string(d.Code), WouldDeny: d.WouldDeny,
+		Decision: d.Verdict(), Reason: d.Reason, Rule: d.Rule, Code: string(d.Code), WouldDeny: d.WouldDeny, ApprovalID: d.ApprovalID,
 		Addresses: []string{}, Host: d.Host, Port: int(d.Port),
 		Profile: EvaluateProfile{Name: p.Name, Version: p.Version, Mode: string(p.Mode)},
 	}

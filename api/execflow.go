@@ -142,7 +142,7 @@ func (s *Server) startLive(c echo.Context, j *execJob) *liveExec {
 	// which cancels runCtx before it waits, always sees this exec.
 	s.runs.Add(1)
 	stop := context.AfterFunc(s.runCtx, func() { cancel(context.Cause(s.runCtx)) })
-	l := &liveExec{id: j.id, tenant: j.key.Tenant, async: j.async, created: time.Now().UTC(), ctx: ctx, done: make(chan struct{}),
+	l := &liveExec{id: j.id, tenant: j.key.Tenant, keyID: j.key.ID, async: j.async, created: time.Now().UTC(), ctx: ctx, done: make(chan struct{}),
 		cancel: func(err error) { cancel(err) }}
 	l.stop = func() { stop(); cancel(nil) }
 	s.ctl.register(l)

@@ -23,6 +23,7 @@ import (
 	"github.com/sandboxd/sandboxd/admit"
 	"github.com/sandboxd/sandboxd/auth"
 	"github.com/sandboxd/sandboxd/egress"
+	"github.com/sandboxd/sandboxd/egress/approval"
 	"github.com/sandboxd/sandboxd/profiles"
 	"github.com/sandboxd/sandboxd/runner"
 )
@@ -57,6 +58,9 @@ type Config struct {
 	// it on SIGHUP and when a file changes) applies to the next request.
 	// Each request reads it once.
 	CurrentProfiles *atomic.Pointer[profiles.Set]
+	// Approvals holds the egress approvals (approvals.go), shared with the
+	// egress proxy's Checker; nil: a service on Control's store.
+	Approvals *approval.Service
 }
 
 // Server serves the HTTP API.
@@ -65,6 +69,8 @@ type Server struct {
 	log  *slog.Logger
 	echo *echo.Echo
 	ctl  *control
+
+	approvals *approval.Service
 
 	// runCtx is the parent of every run; cancelling it kills running code.
 	runCtx    context.Context
@@ -84,6 +90,7 @@ func New(cfg Config) *Server {
 	e.HidePort = true
 	e.HTTPErrorHandler = s.errorHandler
 	s.initControl()
+	s.initApprovals()
 	e.Use(s.requestID, s.observe, s.accessLog, s.recoverPanic)
 
 	e.GET("/healthz", s.healthz)
@@ -91,6 +98,7 @@ func New(cfg Config) *Server {
 	e.POST("/exec", s.exec, s.authenticate(auth.RoleAgent))
 	s.egressRoutes(e)
 	s.controlRoutes(e)
+	s.approvalRoutes(e)
 	s.echo = e
 	return s
 }
