@@ -34,6 +34,9 @@ type egressSide struct {
 	// resolver resolves names for the proxy's decisions; nil means the
 	// system resolver. Tests set a fake.
 	resolver egress.Resolver
+	// approvals answers for hosts no rule matches under profiles in
+	// approve mode; nil denies them.
+	approvals egress.Approvals
 
 	mu      sync.Mutex
 	up      bool
@@ -114,7 +117,7 @@ func (e *egressSide) startLocked(ctx context.Context) (err error) {
 	}
 	px, err := proxy.New(proxy.Config{
 		Lookup:  e.lookup,
-		Checker: &egress.Checker{Resolver: e.resolver},
+		Checker: &egress.Checker{Resolver: e.resolver, Approvals: e.approvals},
 		Log:     e.log,
 	})
 	if err != nil {

@@ -29,6 +29,7 @@ import (
 	"github.com/sandboxd/sandboxd/api"
 	"github.com/sandboxd/sandboxd/auth"
 	"github.com/sandboxd/sandboxd/egress"
+	"github.com/sandboxd/sandboxd/egress/approval"
 	"github.com/sandboxd/sandboxd/profiles"
 	"github.com/sandboxd/sandboxd/runner"
 )
@@ -258,7 +259,10 @@ func serveWith(cfg *serveConfig, log *slog.Logger, console io.Writer) error {
 	if cfg.hooks != nil {
 		resolver = cfg.hooks.resolver
 	}
-	eside := &egressSide{eng: eng, cur: current, log: log, instance: instance, port: cfg.egressPort, resolver: resolver}
+	// Egress approvals live in the store; the proxy files and reads them,
+	// the API decides them (api.New tells the service who runs each exec).
+	approvals := approval.New(approval.Config{Store: ctl.Store, Log: log})
+	eside := &egressSide{eng: eng, cur: current, log: log, instance: instance, port: cfg.egressPort, resolver: resolver, approvals: approvals}
 	// The proxy and the firewall outlive the sandboxes: they stop once the
 	// runner has removed every container (on an early return too). When
 	// that fails, the firewall rules stay (fail closed) until the next
@@ -313,6 +317,7 @@ func serveWith(cfg *serveConfig, log *slog.Logger, console io.Writer) error {
 		MaxBodyBytes:    cfg.maxBodyMB << 20,
 		Version:         version,
 		Control:         ctl,
+		Approvals:       approvals,
 	})
 	ln, err := net.Listen("tcp", cfg.addr)
 	if err != nil {
