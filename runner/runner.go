@@ -554,6 +554,21 @@ func (r *Runner) classify(ctx context.Context, cid string, col *collector, res *
 
 func (r *Runner) classifyLost(ctx context.Context, cid string, res *Result, readErr error, diag string) {
 	res.ExitCode = -1
+	if errors.Is(readErr, jobproto.ErrBadMAC) {
+		// Something other than the launcher wrote into the report stream:
+		// nothing in it can be trusted, the run is stopped at once.
+		r.kill(cid)
+		res.Status = StatusKilled
+		res.Stdout, res.Stderr, res.Files, res.Skipped = nil, nil, nil, nil
+		res.Message = "the code wrote into the sandbox's report stream; the run was stopped and its output discarded"
+		r.log.Warn("report stream tampered with", "container", cid[:12], "security", true)
+		return
+	}
+	if readErr != nil && !errors.Is(readErr, io.EOF) && !errors.Is(readErr, io.ErrUnexpectedEOF) {
+		// A protocol violation (over the caps, bad frames): stop it now
+		// rather than wait for it.
+		r.kill(cid)
+	}
 	if r.oomKilled(ctx, cid) {
 		res.Status = StatusOOM
 		res.Message = "the sandbox was killed at its memory limit"

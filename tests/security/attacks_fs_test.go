@@ -442,9 +442,13 @@ attempt("pid1-oom-score-adj", probe_write_raise, "/proc/1/oom_score_adj", b"-100
 				// The report stream and the launcher's memory are what
 				// matters; reading its environment (the image's) and maps
 				// is noted.
-				x.allDenied(t, []string{"pid1-mem", "pid1-fd1-write", "pid1-fd2-write", "pid1-fd0-read", "pid1-oom-score-adj"}, nil,
-					"pid1-environ", "pid1-fd-list", "pid1-root", "pid1-cwd", "pid1-exe", "pid1-maps")
-				for _, tag := range []string{"pid1-environ", "pid1-fd-list", "pid1-root", "pid1-cwd", "pid1-exe", "pid1-maps"} {
+				// gVisor lets the code open the launcher's descriptors; what
+				// it writes there fails the frames' MAC (see
+				// forge-report-via-launcher-fds), and stdin holds nothing
+				// once the job is read.
+				x.allDenied(t, []string{"pid1-mem", "pid1-oom-score-adj"}, nil,
+					"pid1-environ", "pid1-fd-list", "pid1-root", "pid1-cwd", "pid1-exe", "pid1-maps", "pid1-fd1-write", "pid1-fd2-write", "pid1-fd0-read")
+				for _, tag := range []string{"pid1-environ", "pid1-fd-list", "pid1-root", "pid1-cwd", "pid1-exe", "pid1-maps", "pid1-fd1-write", "pid1-fd2-write", "pid1-fd0-read"} {
 					if v, rest, _ := x.marker(tag); v == "ALLOWED" {
 						t.Logf("NOTE (gVisor): the code can read the launcher's %s: %.80s", tag, rest)
 					}
@@ -494,6 +498,20 @@ raise ValueError("the real outcome")
 				}
 				x.noAllowed(t)
 			},
+			// gVisor lets the code open /proc/1/fd/1. The forged frames lack
+			// the run's MAC: sandboxd stops the run and discards its output
+			// rather than report anything the code wrote there.
+			strict: &override{status: "killed", check: func(t *testing.T, x *run) {
+				if !strings.Contains(x.r.Message, "report stream") {
+					t.Errorf("message %q: want it to name the tampered report stream", x.r.Message)
+				}
+				if strings.Contains(x.r.Stdout, "FORGED") || x.r.ExitCode == 0 {
+					t.Errorf("HOLE: forged outcome reported: exit %d stdout %q", x.r.ExitCode, x.r.Stdout)
+				}
+				if len(x.r.Files) != 0 || len(x.r.SkippedFiles) != 0 {
+					t.Errorf("HOLE: forged files in the response: %+v %+v", x.r.Files, x.r.SkippedFiles)
+				}
+			}, why: "gVisor's procfs lets the code open the launcher's stdout; sealed frames turn forgery into a stopped run"},
 		},
 		{
 			// Signals to the launcher: it is the namespace's init, so the
@@ -535,6 +553,18 @@ sys.exit(3)
 					t.Errorf("exit_code %d, want the code's 3 reported by the launcher", x.r.ExitCode)
 				}
 			},
+			// gVisor does not shield the sandbox's init from signals sent
+			// inside it (SIGKILL included): the code can end its own run's
+			// report, nothing more. The run then reports "killed".
+			strict: &override{status: "error", otherStatus: []string{"killed"}, check: func(t *testing.T, x *run) {
+				if x.r.Status == "killed" {
+					t.Logf("NOTE (gVisor): the code ended the launcher with %s; the run reports killed (%s)", lastFact(x, "SENDING", "?"), x.r.Message)
+					return
+				}
+				if x.r.ExitCode != 3 {
+					t.Errorf("exit_code %d, want the code's 3 reported by the launcher", x.r.ExitCode)
+				}
+			}, why: "gVisor lets a sandbox's processes signal its init"},
 		},
 		{
 			// The launcher runs as the code's uid, so without a filter on

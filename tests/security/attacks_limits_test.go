@@ -544,4 +544,3 @@ func checkHostCPU(t *testing.T, x *run, cpus float64) {
 		t.Errorf("HOLE: the container used %.2f CPUs over %v, above %gx its %g-CPU quota", x.hostRate, x.hostWindow.Round(time.Millisecond), cpuQuotaSlack, cpus)
 	}
 }
-

@@ -172,7 +172,7 @@ for _ in range(2000000):
 			// read by the launcher, all under one CPU: about 5 s on an idle
 			// 2-core machine, and past the 10 s limit on a loaded one.
 			otherStatus: []string{"timeout"},
-			strict: &override{status: "timeout", otherStatus: []string{"ok"}, why: "under gVisor every write is a sentry round trip: far slower, and the limit is 5 s"},
+			strict:      &override{status: "timeout", otherStatus: []string{"ok"}, why: "under gVisor every write is a sentry round trip: far slower, and the limit is 5 s"},
 			check: func(t *testing.T, x *run) {
 				limit := x.r.Limits.OutputBytes
 				if x.r.Status == "ok" && (int64(len(x.r.Stdout)) != limit || !x.r.StdoutTruncated) {

@@ -62,8 +62,8 @@ type attack struct {
 // override is the part of an attack's expectation that differs under the
 // strict (gVisor) profile.
 type override struct {
-	status      string   // "" keeps the attack's status (and otherStatus)
-	otherStatus []string // with status: further right statuses
+	status      string                     // "" keeps the attack's status (and otherStatus)
+	otherStatus []string                   // with status: further right statuses
 	check       func(t *testing.T, x *run) // nil keeps the attack's check
 	why         string
 }

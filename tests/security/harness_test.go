@@ -84,7 +84,7 @@ var (
 	// profSet is the repository's profiles, as the server loads them: the
 	// checks use each profile's caps.
 	profSet *profiles.Set
-	execSem   = make(chan struct{}, maxConcurrentExecs)
+	execSem = make(chan struct{}, maxConcurrentExecs)
 
 	seenMu      sync.Mutex
 	seenExecIDs = map[string]bool{}
