@@ -83,8 +83,35 @@ var socketComments = map[uint64]string{
 	16: "socket family AF_NETLINK (glibc getaddrinfo, if_nameindex)",
 }
 
-// buildDefaultSeccomp derives our default profile from Docker's.
+// networkSeccompFile is default.json plus IPv4 and IPv6 sockets, for exec
+// profiles with an egress profile (they reach the egress proxy over TCP).
+const networkSeccompFile = "seccomp/network.json"
+
+// buildDefaultSeccomp is network.json without AF_INET and AF_INET6: a
+// profile with egress none has no network, so its code creates no IP
+// sockets at all.
 func buildDefaultSeccomp(t testing.TB) *mobyseccomp.Seccomp {
+	t.Helper()
+	p := buildNetworkSeccomp(t)
+	var rules []*mobyseccomp.Syscall
+	for _, r := range p.Syscalls {
+		if slices.Equal(r.Names, []string{"socket"}) && len(r.Args) == 1 {
+			switch {
+			case r.Args[0].Op == specs.OpLessThan && r.Args[0].Value == 3:
+				r.Args[0].Value = 2
+				r.Comment = "socket families below 2: AF_UNSPEC, AF_UNIX (no AF_INET: this filter is for profiles without network)"
+			case r.Args[0].Op == specs.OpEqualTo && r.Args[0].Value == 10:
+				continue // AF_INET6
+			}
+		}
+		rules = append(rules, r)
+	}
+	p.Syscalls = rules
+	return p
+}
+
+// buildNetworkSeccomp derives network.json from Docker's default profile.
+func buildNetworkSeccomp(t testing.TB) *mobyseccomp.Seccomp {
 	t.Helper()
 	p := mobyseccomp.DefaultProfile()
 
@@ -222,6 +249,7 @@ func buildGvisorSeccomp(t testing.TB) *mobyseccomp.Seccomp {
 func TestDefaultSeccompUpToDate(t *testing.T) {
 	for file, build := range map[string]func(testing.TB) *mobyseccomp.Seccomp{
 		defaultSeccompFile: buildDefaultSeccomp,
+		networkSeccompFile: buildNetworkSeccomp,
 		gvisorSeccompFile:  buildGvisorSeccomp,
 	} {
 		want := marshalSeccomp(t, build(t))
@@ -442,7 +470,18 @@ func TestDefaultSeccompShape(t *testing.T) {
 		t.Errorf("personality allowed for %#x, want %#x", personas, want)
 	}
 
-	// socket: only for the listed families, never unconditionally.
+	// socket: only for the listed families, never unconditionally; no IP
+	// sockets without network, IPv4 and IPv6 in network.json.
+	if got := socketFamilies(t, p); !slices.Equal(got, []string{"SCMP_CMP_EQ 16", "SCMP_CMP_LT 2"}) {
+		t.Errorf("%s: socket allowed for %v, want AF_UNSPEC, AF_UNIX and AF_NETLINK only", defaultSeccompFile, got)
+	}
+	if got := socketFamilies(t, loadSeccompFile(t, networkSeccompFile)); !slices.Equal(got, []string{"SCMP_CMP_EQ 10", "SCMP_CMP_EQ 16", "SCMP_CMP_LT 3"}) {
+		t.Errorf("%s: socket allowed for %v, want AF_UNIX, AF_INET, AF_INET6 and AF_NETLINK", networkSeccompFile, got)
+	}
+}
+
+func socketFamilies(t *testing.T, p *mobyseccomp.Seccomp) []string {
+	t.Helper()
 	var families []string
 	for _, r := range allowRules(p) {
 		if !slices.Contains(r.Names, "socket") {
@@ -455,9 +494,7 @@ func TestDefaultSeccompShape(t *testing.T) {
 		families = append(families, string(r.Args[0].Op)+" "+jsonNumber(r.Args[0].Value))
 	}
 	slices.Sort(families)
-	if want := []string{"SCMP_CMP_EQ 10", "SCMP_CMP_EQ 16", "SCMP_CMP_LT 3"}; !slices.Equal(families, want) {
-		t.Errorf("socket allowed for %v, want %v", families, want)
-	}
+	return families
 }
 
 func jsonNumber(v uint64) string {

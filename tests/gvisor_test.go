@@ -174,9 +174,9 @@ print(len(out))`), "ok")
 	}
 
 	r, res = c.execStatus(strict(`import socket
-s = socket.socket()
-s.settimeout(2)
 try:
+    s = socket.socket()
+    s.settimeout(2)
     s.connect(("1.1.1.1", 53))
     print("connected")
 except OSError as e:

@@ -52,9 +52,14 @@ routes6 = [l for l in open("/proc/net/ipv6_route").read().splitlines() if l.stri
 print("ROUTES", len(routes), len(routes6))
 
 def attempt(tag, host, port):
-    s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    s.settimeout(2)
     t0 = time.monotonic()
+    try:
+        s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    except OSError as e:
+        # A profile without network allows no IP sockets at all (EPERM).
+        print(tag, "FAILED", e.errno, "%%.3f" %% (time.monotonic() - t0), type(e).__name__)
+        return
+    s.settimeout(2)
     try:
         s.connect((host, port))
         print(tag, "CONNECTED")

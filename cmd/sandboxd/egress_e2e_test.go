@@ -205,14 +205,14 @@ func startEgressServer(t *testing.T) *egressEnv {
 
 	tmp := t.TempDir()
 	e.profiles = filepath.Join(tmp, "profiles")
-	for _, f := range []string{"exec/default.yaml", "seccomp/default.json"} {
+	for _, f := range []string{"exec/default.yaml", "seccomp/default.json", "seccomp/network.json"} {
 		data, err := os.ReadFile(filepath.Join("../../profiles", f))
 		if err != nil {
 			t.Fatal(err)
 		}
 		writeFile(t, filepath.Join(e.profiles, f), string(data))
 	}
-	writeFile(t, filepath.Join(e.profiles, "exec/mirror.yaml"), "name: mirror\nimage: sandboxd/python:3.11\nseccomp: default.json\negress: test-mirror\nlimits:\n  timeout_ms: 30000\n")
+	writeFile(t, filepath.Join(e.profiles, "exec/mirror.yaml"), "name: mirror\nimage: sandboxd/python:3.11\nseccomp: network.json\negress: test-mirror\nlimits:\n  timeout_ms: 30000\n")
 	writeFile(t, filepath.Join(e.profiles, "egress/test-mirror.yaml"), e.mirrorProfile("mirror.sandboxd.test"))
 
 	e.key = "sbxtest_" + strconv.FormatInt(time.Now().UnixNano(), 16)

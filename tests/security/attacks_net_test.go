@@ -20,9 +20,14 @@ def isolated():
     return ifaces == ["lo"] and not routes and not routes6
 
 def tcp(tag, host, port):
-    s = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
-    s.settimeout(1)
     t0 = time.monotonic()
+    try:
+        s = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
+    except OSError as e:
+        # A profile without network allows no IP sockets at all.
+        say("DENIED", tag, ename(e.errno), "%.3f" % (time.monotonic() - t0))
+        return
+    s.settimeout(1)
     try:
         s.connect((host, port))
         allowed(tag, "connected")
@@ -32,9 +37,14 @@ def tcp(tag, host, port):
         s.close()
 
 def udp(tag, host, port):
-    s = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_DGRAM)
-    s.settimeout(1)
     t0 = time.monotonic()
+    try:
+        s = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_DGRAM)
+    except OSError as e:
+        # A profile without network allows no IP sockets at all.
+        say("DENIED", tag, ename(e.errno), "%.3f" % (time.monotonic() - t0))
+        return
+    s.settimeout(1)
     try:
         s.sendto(b"sandbox", (host, port))
         allowed(tag, "sent")
@@ -53,8 +63,10 @@ if not isolated():
 func (x *run) unreachable(t *testing.T, prefix string, min int, errnos ...string) {
 	t.Helper()
 	if len(errnos) == 0 {
-		// No route: Linux says ENETUNREACH, gVisor EHOSTUNREACH.
-		errnos = []string{"ENETUNREACH", "EHOSTUNREACH"}
+		// No IP socket at all (the seccomp filter of a profile without
+		// network: EPERM), or no route: Linux says ENETUNREACH, gVisor
+		// EHOSTUNREACH.
+		errnos = []string{"EPERM", "ENETUNREACH", "EHOSTUNREACH"}
 	}
 	n := 0
 	for _, l := range x.lines {
@@ -191,9 +203,9 @@ except OSError as e:
 			}, why: "gVisor may refuse socket families with EAFNOSUPPORT/ENOSYS"},
 		},
 		{
-			// The profile allows only AF_UNIX, AF_INET, AF_INET6 and
-			// AF_NETLINK; the rarely used families are where socket-layer
-			// kernel bugs turn up.
+			// A profile without network allows only AF_UNIX and AF_NETLINK
+			// (network.json adds AF_INET and AF_INET6); the rarely used
+			// families are where socket-layer kernel bugs turn up.
 			name: "net-socket-families",
 			code: `
 import socket
@@ -210,15 +222,15 @@ for tag, fam, typ in (("unix", 1, socket.SOCK_STREAM), ("inet", 2, socket.SOCK_S
 `,
 			status: "ok",
 			check: func(t *testing.T, x *run) {
-				x.allDenied(t, []string{"family-ax25", "family-appletalk", "family-x25", "family-key", "family-rds", "family-llc", "family-can",
+				x.allDenied(t, []string{"family-inet", "family-inet6", "family-ax25", "family-appletalk", "family-x25", "family-key", "family-rds", "family-llc", "family-can",
 					"family-tipc", "family-bluetooth", "family-alg", "family-vsock", "family-kcm", "family-qipcrtr", "family-smc", "family-xdp", "family-mctp"},
-					eperm, "family-unix", "family-inet", "family-inet6", "family-netlink")
-				for _, c := range []string{"family-unix", "family-inet", "family-inet6", "family-netlink"} {
+					eperm, "family-unix", "family-netlink")
+				for _, c := range []string{"family-unix", "family-netlink"} {
 					x.wantAllowed(t, c)
 				}
 			},
 			strict: &override{check: func(t *testing.T, x *run) {
-				x.noAllowed(t, "family-unix", "family-inet", "family-inet6", "family-netlink")
+				x.noAllowed(t, "family-unix", "family-netlink")
 			}, why: "gVisor implements few families and refuses the others with its own errno"},
 		},
 		{
@@ -267,7 +279,11 @@ for i, p in enumerate(paths):
 say("PATHS", len(paths))
 # the engine's TCP port and sandboxd's own port, on the sandbox's own loopback
 for tag, port in (("tcp-loopback-2375", 2375), ("tcp-loopback-2376", 2376), ("tcp-loopback-sandboxd", {{PORT}})):
-    s = socket.socket()
+    try:
+        s = socket.socket()
+    except OSError as e:
+        denied(tag, e.errno)  # no IP sockets without network
+        continue
     s.settimeout(1)
     try:
         s.connect(("127.0.0.1", port))
@@ -285,7 +301,7 @@ for tag, port in (("tcp-loopback-2375", 2375), ("tcp-loopback-2376", 2376), ("tc
 					x.wantDenied(t, "connect-"+s, "ENOENT")
 				}
 				for _, tag := range []string{"tcp-loopback-2375", "tcp-loopback-2376", "tcp-loopback-sandboxd"} {
-					x.wantDenied(t, tag, "ECONNREFUSED")
+					x.wantDenied(t, tag, "ECONNREFUSED", "EPERM")
 				}
 				x.noAllowed(t)
 			},
