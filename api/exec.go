@@ -71,7 +71,10 @@ type ExecResponse struct {
 	SkippedFiles    []SkippedFile   `json:"skipped_files"`
 	Limits          profiles.Limits `json:"limits"`
 	Profile         ProfileRef      `json:"profile"`
-	Image           string          `json:"image"`
+	// Egress names the egress profile in force for the run's network, with
+	// its version (each decision's version is in the egress log).
+	Egress *ProfileRef `json:"egress,omitempty"`
+	Image  string      `json:"image"`
 }
 
 // Usage is the resource use the launcher measured.

@@ -181,6 +181,10 @@ func TestExecLoweredLimitsReachTheRun(t *testing.T) {
 	if prof["name"] != "default" || len(prof["version"].(string)) != 64 {
 		t.Fatalf("profile %v", prof)
 	}
+	eg, _ := body["egress"].(map[string]any)
+	if eg["name"] != "none" || len(eg["version"].(string)) != 64 {
+		t.Fatalf("egress %v, want the none profile with its version", body["egress"])
+	}
 	if body["stdout"] != "1\n" || body["status"] != "ok" || body["image"] != "sha256:fake" {
 		t.Fatalf("body %v", body)
 	}

@@ -96,6 +96,11 @@ func errAnswer(e *Error) *answer {
 
 func (s *Server) resultAnswer(j *execJob, res *runner.Result) *answer {
 	resp := toResponse(j.spec, res)
+	if set := s.profiles(); set != nil {
+		if eg := set.Egress[j.spec.Profile.Egress]; eg != nil {
+			resp.Egress = &ProfileRef{Name: eg.Name, Version: eg.Version}
+		}
+	}
 	if j.async {
 		resp.ID = j.id
 	}
