@@ -6,7 +6,6 @@ import (
 	"net/http"
 	"net/url"
 	"slices"
-	"strings"
 	"time"
 
 	"github.com/sandboxd/sandboxd/egress/hostport"
@@ -17,14 +16,23 @@ import (
 const CodeApprovalRejected Code = "approval_rejected"
 
 // An approval covers its host on these ports and methods only: the
-// defaults of an allow rule. A request in approve mode for a host no rule
-// matches, on another port or with another method (CONNECT among them),
-// is denied outright and files no approval request, since approving the
-// host would not allow it.
+// defaults of an allow rule, plus CONNECT to port 443, so that a sandbox
+// behind the proxy can reach an approved host over HTTPS (its tunnel). A
+// request in approve mode for a host no rule matches, on another port or
+// with another method, is denied outright and files no approval request,
+// since approving the host would not allow it.
 var (
 	ApprovalPorts   = []uint16{80, 443}
-	ApprovalMethods = []string{http.MethodGet, http.MethodHead}
+	ApprovalMethods = []string{http.MethodGet, http.MethodHead, http.MethodConnect}
 )
+
+// approvable reports whether an approval can cover method on port.
+func approvable(method string, port uint16) bool {
+	if method == http.MethodConnect {
+		return port == 443
+	}
+	return slices.Contains(ApprovalMethods, method)
+}
 
 // Approval states, as Approvals reports them.
 const (
@@ -93,9 +101,9 @@ func (c *Checker) approval(ctx context.Context, p *Profile, d *Decision, t hostp
 		return CodePort, "", fmt.Sprintf("%s; in approve mode a host can be approved for ports %s only, so port %d stays denied (add an allow rule to open it)",
 			reason, portsText(ApprovalPorts), t.Port)
 	}
-	if !slices.Contains(ApprovalMethods, d.Method) {
-		return CodeMethod, "", fmt.Sprintf("%s; in approve mode a host can be approved for %s only, so %s stays denied (add an allow rule to allow it)",
-			reason, strings.Join(ApprovalMethods, ", "), d.Method)
+	if !approvable(d.Method, t.Port) {
+		return CodeMethod, "", fmt.Sprintf("%s; in approve mode a host can be approved for GET and HEAD on ports 80 and 443 and CONNECT to 443 only, so %s to port %d stays denied (add an allow rule to allow it)",
+			reason, d.Method, t.Port)
 	}
 	if c.Approvals == nil {
 		return CodeApproval, "", reason + "; the profile is in approve mode, so the host needs a person's approval, and approvals are not set up here: it stays denied"

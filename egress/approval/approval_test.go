@@ -163,12 +163,16 @@ func TestPendingApprovedExpired(t *testing.T) {
 	if !strings.Contains(d.Reason, "sec-1") {
 		t.Errorf("reason does not name who approved: %s", d.Reason)
 	}
-	// The approval covers the defaults of an allow rule only.
+	// The approval covers the defaults of an allow rule, and the HTTPS
+	// tunnel a sandbox opens through the proxy (CONNECT to 443), only.
 	if d := e.decide("POST", "https://docs.example/upload"); d.Allow || d.Code != egress.CodeMethod {
 		t.Errorf("POST to an approved host: allow %v code %s", d.Allow, d.Code)
 	}
-	if d := e.decide("CONNECT", "docs.example:443"); d.Allow || d.Code != egress.CodeMethod {
-		t.Errorf("CONNECT to an approved host: allow %v code %s", d.Allow, d.Code)
+	if d := e.decide("CONNECT", "docs.example:443"); !d.Allow || d.Code != egress.CodeAllowed {
+		t.Errorf("CONNECT to 443 of an approved host: allow %v code %s (%s)", d.Allow, d.Code, d.Reason)
+	}
+	if d := e.decide("CONNECT", "docs.example:80"); d.Allow || d.Code != egress.CodeMethod {
+		t.Errorf("CONNECT to 80 of an approved host: allow %v code %s", d.Allow, d.Code)
 	}
 	if d := e.decide("GET", "http://docs.example:8080/"); d.Allow || d.Code != egress.CodePort {
 		t.Errorf("port 8080 of an approved host: allow %v code %s", d.Allow, d.Code)
@@ -265,7 +269,7 @@ func TestNothingToApprove(t *testing.T) {
 		method, target string
 		code           egress.Code
 	}{
-		{"CONNECT", "docs.example:443", egress.CodeMethod},
+		{"CONNECT", "docs.example:80", egress.CodeMethod},
 		{"POST", "https://docs.example/", egress.CodeMethod},
 		{"GET", "http://docs.example:22/", egress.CodePort},
 		{"GET", "http://93.184.216.40/", egress.CodeNoRule},
