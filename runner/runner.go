@@ -110,6 +110,9 @@ type Runner struct {
 	removals sync.WaitGroup
 	pool     *pool       // nil when pooling is off
 	eg       egressState // network.go
+	// live and the reaper: see reap.go.
+	live                   liveSet
+	reaperStop, reaperDone chan struct{}
 }
 
 // New connects to the engine named by the environment (DOCKER_HOST etc.),
@@ -187,6 +190,7 @@ func (r *Runner) Cleanup(ctx context.Context) (int, error) {
 // Close removes the pool's idle containers, waits for pending container
 // removals, at most until ctx ends, and removes the egress network.
 func (r *Runner) Close(ctx context.Context) error {
+	r.stopReaper()
 	if r.pool != nil {
 		r.pool.close()
 	}
@@ -196,6 +200,11 @@ func (r *Runner) Close(ctx context.Context) error {
 	case <-done:
 	case <-ctx.Done():
 		return fmt.Errorf("waiting for container removals: %w", ctx.Err())
+	}
+	// Nothing is being created now: whatever of this instance is left
+	// belongs to no run (an earlier process's late create, say).
+	if _, err := r.Reap(ctx, 0); err != nil {
+		r.log.Warn("reaping at shutdown failed", "err", err)
 	}
 	r.closeEgress(ctx) // network.go
 	return r.cli.Close()
@@ -328,6 +337,7 @@ func (r *Runner) startBox(ctx context.Context, spec *Spec, imageID string) (*box
 	if err != nil {
 		return nil, createError(err, spec) // runtimes.go: an unknown runtime is ErrRuntimeMissing
 	}
+	r.live.add(created.ID)
 	b := &box{id: created.ID, imageID: imageID}
 	b.hj, err = r.cli.ContainerAttach(bg, b.id, container.AttachOptions{Stream: true, Stdin: true, Stdout: true, Stderr: true})
 	if err != nil {
@@ -619,10 +629,8 @@ func (r *Runner) removeLater(cid string) {
 			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 			err := r.cli.ContainerRemove(ctx, cid, container.RemoveOptions{Force: true, RemoveVolumes: true})
 			cancel()
-			if err == nil || client.IsErrNotFound(err) {
-				return
-			}
-			if strings.Contains(err.Error(), "already in progress") {
+			if err == nil || client.IsErrNotFound(err) || strings.Contains(err.Error(), "already in progress") {
+				r.live.remove(cid)
 				return
 			}
 			r.log.Warn("removing container failed; retrying", "container", cid[:12], "attempt", attempt+1, "err", err)

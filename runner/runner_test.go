@@ -322,3 +322,48 @@ func TestRunMissingImage(t *testing.T) {
 		t.Fatalf("err = %v, want ErrImageMissing with a hint", err)
 	}
 }
+
+// The reaper removes a container of this instance that no run owns (a
+// create the engine finished after an earlier process died) and leaves the
+// ones the runner is using alone.
+func TestReapRemovesOnlyUnownedContainers(t *testing.T) {
+	instance := "test-reap"
+	r := newTestRunner(t, instance)
+	p := defaultProfile(t)
+	ctx := context.Background()
+	img, err := r.ImageID(ctx, p.Image)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cli, err := client.NewClientWithOpts(client.FromEnv, client.WithAPIVersionNegotiation())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cli.Close()
+	cfg, hc, err := CreateOptions(&Spec{ID: "ex_orphan", Profile: p, Limits: p.Limits}, img, instance, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	orphan, err := cli.ContainerCreate(ctx, cfg, hc, nil, nil, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	owned, err := r.startBox(ctx, &Spec{ID: "ex_owned", Profile: p, Limits: p.Limits}, img)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n, err := r.Reap(ctx, time.Hour); err != nil || n != 0 {
+		t.Fatalf("Reap within the grace period removed %d (%v), want 0", n, err)
+	}
+	if n, err := r.Reap(ctx, 0); err != nil || n != 1 {
+		t.Fatalf("Reap = %d, %v; want the one orphan", n, err)
+	}
+	if _, err := cli.ContainerInspect(ctx, orphan.ID); !client.IsErrNotFound(err) {
+		t.Fatalf("the orphan is still there: %v", err)
+	}
+	if _, err := cli.ContainerInspect(ctx, owned.id); err != nil {
+		t.Fatalf("the owned box was reaped: %v", err)
+	}
+	owned.hj.Close()
+	r.removeLater(owned.id)
+}

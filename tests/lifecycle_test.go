@@ -65,8 +65,20 @@ func startOwnServer(t *testing.T, dataDir string, extra ...string) *ownServer {
 		time.Sleep(50 * time.Millisecond)
 	}
 	t.Cleanup(func() {
-		_ = s.cmd.Process.Kill()
-		<-s.exited
+		// SIGTERM, so that the server removes its warm pool; SIGKILL only
+		// if it does not stop.
+		_ = s.cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case err := <-s.exited:
+			s.exited <- err
+		case <-time.After(30 * time.Second):
+			_ = s.cmd.Process.Kill()
+			<-s.exited
+			t.Errorf("own sandboxd did not stop within 30 s of SIGTERM")
+		}
+		if left := managedByInstance(t, runner.InstanceID(s.dataDir)); len(left) != 0 {
+			t.Errorf("%d containers of the test's own server remain after it stopped", len(left))
+		}
 	})
 	return s
 }

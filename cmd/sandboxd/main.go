@@ -295,6 +295,7 @@ func serveWith(cfg *serveConfig, log *slog.Logger, console io.Writer) error {
 	cancel()
 	eng.EnablePool(cfg.poolSize, cfg.poolMax)
 	eng.Warm(context.Background(), set)
+	eng.StartReaper(time.Minute)
 
 	reloadCtx, stopReload := context.WithCancel(context.Background())
 	defer stopReload()

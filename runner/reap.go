@@ -1,0 +1,108 @@
+package runner
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/docker/docker/api/types/container"
+	"github.com/docker/docker/api/types/filters"
+	"github.com/docker/docker/client"
+)
+
+// liveSet is the containers this runner created and has not removed yet.
+// A container of this instance that is not in it belongs to no run: it was
+// created by a request the engine finished after an earlier process died
+// (a SIGKILL during a create), and the reaper removes it.
+type liveSet struct {
+	mu  sync.Mutex
+	ids map[string]bool
+}
+
+func (l *liveSet) add(id string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.ids == nil {
+		l.ids = map[string]bool{}
+	}
+	l.ids[id] = true
+}
+
+func (l *liveSet) remove(id string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	delete(l.ids, id)
+}
+
+func (l *liveSet) has(id string) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.ids[id]
+}
+
+// Reap removes the containers of this instance that no run owns and that
+// are at least grace old, and returns how many it removed. grace covers a
+// create whose answer has not arrived yet; at shutdown, with nothing being
+// created, it is 0.
+func (r *Runner) Reap(ctx context.Context, grace time.Duration) (int, error) {
+	list, err := r.cli.ContainerList(ctx, container.ListOptions{
+		All: true,
+		Filters: filters.NewArgs(
+			filters.Arg("label", LabelManaged+"=true"),
+			filters.Arg("label", LabelInstance+"="+r.instance),
+		),
+	})
+	if err != nil {
+		return 0, fmt.Errorf("listing containers to reap: %w", err)
+	}
+	n := 0
+	for _, c := range list {
+		if r.live.has(c.ID) || time.Since(time.Unix(c.Created, 0)) < grace {
+			continue
+		}
+		if err := r.cli.ContainerRemove(ctx, c.ID, container.RemoveOptions{Force: true, RemoveVolumes: true}); err != nil && !client.IsErrNotFound(err) {
+			return n, fmt.Errorf("reaping container %s: %w", c.ID[:12], err)
+		}
+		n++
+	}
+	if n > 0 {
+		r.log.Info("reaped containers that no run owned", "count", n)
+	}
+	return n, nil
+}
+
+// reapGrace is how old an unowned container must be before the periodic
+// reaper removes it: far above the time a create takes.
+const reapGrace = 2 * time.Minute
+
+// StartReaper reaps every interval until Close.
+func (r *Runner) StartReaper(interval time.Duration) {
+	r.reaperStop = make(chan struct{})
+	r.reaperDone = make(chan struct{})
+	go func() {
+		defer close(r.reaperDone)
+		t := time.NewTicker(interval)
+		defer t.Stop()
+		for {
+			select {
+			case <-r.reaperStop:
+				return
+			case <-t.C:
+				ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+				if _, err := r.Reap(ctx, reapGrace); err != nil {
+					r.log.Warn("reaping failed", "err", err)
+				}
+				cancel()
+			}
+		}
+	}()
+}
+
+func (r *Runner) stopReaper() {
+	if r.reaperStop != nil {
+		close(r.reaperStop)
+		<-r.reaperDone
+		r.reaperStop = nil
+	}
+}
