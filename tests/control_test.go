@@ -81,7 +81,7 @@ func newCtlServer(t *testing.T, tenants string, extra ...string) *ctlServer {
 	}
 	s.start()
 	t.Cleanup(func() {
-		s.kill()
+		s.shutdown()
 		if t.Failed() {
 			t.Logf("sandboxd log:\n%s", s.log.Tail(40))
 		}
@@ -140,6 +140,23 @@ func (s *ctlServer) kill() {
 	}
 	_ = s.cmd.proc.Kill()
 	<-s.cmd.exited
+	s.cmd = nil
+}
+
+// shutdown stops the server at the end of a test: SIGTERM, so that it
+// removes its warm pool, then SIGKILL if it does not exit; it never fails
+// the test by itself.
+func (s *ctlServer) shutdown() {
+	if s.cmd == nil {
+		return
+	}
+	_ = s.cmd.proc.Signal(syscall.SIGTERM)
+	select {
+	case <-s.cmd.exited:
+	case <-time.After(shutdownTimeout):
+		_ = s.cmd.proc.Kill()
+		<-s.cmd.exited
+	}
 	s.cmd = nil
 }
 
