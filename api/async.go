@@ -1,6 +1,7 @@
 package api
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
@@ -74,7 +75,7 @@ func (s *Server) execState(c echo.Context, id string) (*ExecState, error) {
 		return nil, notFound
 	}
 	var st ExecState
-	if err := jsonUnmarshal(rec.Body, &st); err != nil {
+	if err := json.Unmarshal(rec.Body, &st); err != nil {
 		return nil, fmt.Errorf("stored state of exec %s: %w", id, err)
 	}
 	if rec.State == store.ExecInterrupted {

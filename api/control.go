@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
@@ -137,7 +138,7 @@ func (s *Server) initControl() {
 		s.log.Error("reading the kill switch from the store failed; starting frozen (POST /admin/unfreeze lifts it)", "err", err)
 		st = &FreezeState{Frozen: true, Since: time.Now().UTC(), By: "sandboxd", Reason: "the stored kill switch could not be read at start-up"}
 	} else if ok {
-		if err := jsonUnmarshal([]byte(v), st); err != nil {
+		if err := json.Unmarshal([]byte(v), st); err != nil {
 			s.log.Error("the stored kill switch is malformed; starting frozen", "err", err)
 			st = &FreezeState{Frozen: true, Since: time.Now().UTC(), By: "sandboxd", Reason: "the stored kill switch was malformed"}
 		}

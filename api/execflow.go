@@ -84,8 +84,6 @@ func marshalLine(v any) []byte {
 	return append(b, '\n')
 }
 
-func jsonUnmarshal(b []byte, v any) error { return json.Unmarshal(b, v) }
-
 func errAnswer(e *Error) *answer {
 	a := &answer{status: e.Status, err: e, body: marshalLine(ErrorBody{Error: e})}
 	if e.RetryAfter > 0 {

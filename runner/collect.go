@@ -98,20 +98,13 @@ func (c *collector) read(r io.Reader) error {
 	}
 }
 
-func appendCapped(dst, p []byte, max int64, trunc bool) ([]byte, bool) {
-	room := max - int64(len(dst))
+func appendCapped(dst, p []byte, limit int64, trunc bool) ([]byte, bool) {
+	room := limit - int64(len(dst))
 	if int64(len(p)) > room {
-		p = p[:maxInt64(room, 0)]
+		p = p[:max(room, 0)]
 		trunc = true
 	}
 	return append(dst, p...), trunc
-}
-
-func maxInt64(a, b int64) int64 {
-	if a > b {
-		return a
-	}
-	return b
 }
 
 func (c *collector) result(imageID string) *Result {
