@@ -1,0 +1,525 @@
+package safetext
+
+import (
+	"strconv"
+	"strings"
+)
+
+// hide is a set of reasons why content is not visible.
+type hide uint8
+
+const (
+	// hideHard: the element and everything in it is not rendered or
+	// cannot be seen (display:none, opacity:0, off-screen, clipped, ...).
+	// No descendant can undo it.
+	hideHard hide = 1 << iota
+	// hideFont: text is too small to see (font-size:0). Inherited; a
+	// descendant with an absolute font size makes its text visible again.
+	hideFont
+	// hideVis: visibility:hidden. Inherited; a descendant with
+	// visibility:visible is visible again.
+	hideVis
+	// hideColor: the text colour is transparent. Inherited through the
+	// colour; a descendant that sets a colour is visible again.
+	hideColor
+)
+
+// Colour values tracked for transparent and same-as-background text.
+const (
+	colUnknown     = -1
+	colTransparent = -2
+)
+
+// style is what one set of declarations does to visibility.
+type style struct {
+	set   hide // reasons set here
+	clear hide // inherited reasons undone here (hideFont, hideVis)
+	fg    int32
+	bg    int32
+}
+
+// evalStyle evaluates CSS declarations (a style attribute or the body of a
+// rule). It errs on the side of hiding: whatever looks like a hiding
+// technique counts, overrides by later rules are not modelled.
+func evalStyle(decls string) style {
+	st := style{fg: colUnknown, bg: colUnknown}
+	if strings.Contains(decls, "/*") || strings.IndexByte(decls, '\\') >= 0 {
+		decls = decodeCSS(decls)
+	}
+	decls = strings.ToLower(decls)
+	var tinyW, tinyH, zeroW, clipped bool
+	for decls != "" {
+		var d string
+		if i := strings.IndexByte(decls, ';'); i >= 0 {
+			d, decls = decls[:i], decls[i+1:]
+		} else {
+			d, decls = decls, ""
+		}
+		colon := strings.IndexByte(d, ':')
+		if colon < 0 {
+			continue
+		}
+		prop := strings.TrimSpace(d[:colon])
+		v := d[colon+1:]
+		if i := strings.IndexByte(v, '!'); i >= 0 {
+			v = v[:i] // !important
+		}
+		v = strings.TrimSpace(v)
+		switch prop {
+		case "display":
+			if firstWord(v) == "none" {
+				st.set |= hideHard
+			}
+		case "content-visibility":
+			if v == "hidden" {
+				st.set |= hideHard
+			}
+		case "visibility":
+			switch v {
+			case "hidden", "collapse":
+				st.set |= hideVis
+			case "visible":
+				st.clear |= hideVis
+			}
+		case "opacity", "zoom", "scale":
+			if f, ok := fraction(v); ok && f <= 0.1 {
+				st.set |= hideHard
+			}
+		case "filter":
+			if i := strings.Index(v, "opacity("); i >= 0 {
+				if f, ok := fraction(strings.TrimRight(firstWord(v[i+len("opacity("):]), ")")); ok && f <= 0.1 {
+					st.set |= hideHard
+				}
+			}
+		case "font-size":
+			st.fontSize(firstWord(v))
+		case "font":
+			for tok := range strings.FieldsFuncSeq(v, func(r rune) bool { return r == ' ' || r == '/' || r == '\t' || r == '\n' }) {
+				if _, unit, ok := number(tok); ok && (unit != "" || tok == "0" || tok == "0.0") || fontKeywords[tok] {
+					st.fontSize(tok)
+					break
+				}
+			}
+		case "color", "-webkit-text-fill-color":
+			if c := parseColor(v); c != colUnknown {
+				st.fg = c
+			}
+		case "background-color", "background":
+			if c := parseColor(firstWord(v)); c >= 0 {
+				st.bg = c
+			}
+		case "left", "top", "right", "bottom", "inset", "translate",
+			"inset-inline-start", "inset-inline-end", "inset-block-start", "inset-block-end":
+			if offscreen(v, true) {
+				st.set |= hideHard
+			}
+		case "margin", "margin-left", "margin-top", "margin-right", "margin-bottom",
+			"margin-inline-start", "margin-block-start", "text-indent":
+			if offscreen(v, false) {
+				st.set |= hideHard
+			}
+		case "transform":
+			if offscreen(v, true) || zeroScale(v) {
+				st.set |= hideHard
+			}
+		case "clip":
+			if tinyRect(v) {
+				st.set |= hideHard
+			}
+		case "clip-path":
+			if clipPathHides(v) {
+				st.set |= hideHard
+			}
+		case "width", "max-width":
+			if px, ok := length(firstWord(v)); ok && px <= 1 {
+				tinyW = true
+				zeroW = zeroW || px <= 0
+			}
+		case "height", "max-height":
+			if px, ok := length(firstWord(v)); ok && px <= 1 {
+				tinyH = true
+			}
+		case "overflow", "overflow-x", "overflow-y":
+			if strings.Contains(v, "hidden") || strings.Contains(v, "clip") {
+				clipped = true
+			}
+		}
+	}
+	if zeroW || (tinyW || tinyH) && clipped {
+		st.set |= hideHard
+	}
+	if st.fg == colTransparent {
+		st.set |= hideColor
+	}
+	return st
+}
+
+var fontKeywords = map[string]bool{
+	"xx-small": true, "x-small": true, "small": true, "medium": true, "large": true,
+	"x-large": true, "xx-large": true, "xxx-large": true,
+}
+
+// fontSize records the effect of a font-size value.
+func (st *style) fontSize(v string) {
+	if fontKeywords[v] {
+		st.clear |= hideFont
+		return
+	}
+	f, unit, ok := number(v)
+	if !ok {
+		return
+	}
+	switch unit {
+	case "", "px":
+		if unit == "" && f != 0 {
+			return
+		}
+	case "pt":
+		f *= 4.0 / 3
+	case "em", "rem":
+		f *= 16
+	case "%":
+		f = f * 16 / 100
+	case "ex", "ch":
+		f *= 8
+	case "vw", "vh", "vmin", "vmax", "cqw", "cqh":
+		f *= 10
+	case "mm":
+		f *= 3.78
+	case "cm":
+		f *= 37.8
+	case "in":
+		f *= 96
+	default:
+		return
+	}
+	if f <= 2 {
+		st.set |= hideFont
+	} else if unit != "em" && unit != "%" && unit != "ex" && unit != "ch" {
+		// An absolute size resets an inherited font-size:0; a relative
+		// one (1em of 0) stays 0.
+		st.clear |= hideFont
+	}
+}
+
+func firstWord(v string) string {
+	if i := strings.IndexAny(v, " \t\n,"); i >= 0 {
+		return v[:i]
+	}
+	return v
+}
+
+// number splits a CSS numeric token into its value and unit.
+func number(tok string) (f float64, unit string, ok bool) {
+	i := 0
+	if i < len(tok) && (tok[i] == '-' || tok[i] == '+') {
+		i++
+	}
+	digits := false
+	for i < len(tok) && (tok[i] >= '0' && tok[i] <= '9' || tok[i] == '.') {
+		digits = digits || tok[i] != '.'
+		i++
+	}
+	if !digits {
+		return 0, "", false
+	}
+	if i+1 < len(tok) && (tok[i] == 'e' || tok[i] == 'E') && (tok[i+1] >= '0' && tok[i+1] <= '9' || tok[i+1] == '-' || tok[i+1] == '+') {
+		i++
+		if tok[i] == '-' || tok[i] == '+' {
+			i++
+		}
+		for i < len(tok) && tok[i] >= '0' && tok[i] <= '9' {
+			i++
+		}
+	}
+	f, err := strconv.ParseFloat(tok[:i], 64)
+	if err != nil {
+		return 0, "", false
+	}
+	unit = tok[i:]
+	for j := 0; j < len(unit); j++ {
+		if c := unit[j]; !(c >= 'a' && c <= 'z' || c == '%') {
+			return 0, "", false
+		}
+	}
+	return f, unit, true
+}
+
+// fraction parses an opacity-like value: a number or a percentage.
+func fraction(v string) (float64, bool) {
+	f, unit, ok := number(v)
+	switch {
+	case !ok:
+		return 0, false
+	case unit == "%":
+		return f / 100, true
+	case unit == "":
+		return f, true
+	}
+	return 0, false
+}
+
+// length converts a CSS length to approximate CSS pixels (16px font, a
+// 1000px viewport and container).
+func length(tok string) (float64, bool) {
+	f, unit, ok := number(tok)
+	if !ok {
+		return 0, false
+	}
+	switch unit {
+	case "":
+		return f, f == 0
+	case "px":
+		return f, true
+	case "pt":
+		return f * 4 / 3, true
+	case "pc", "em", "rem", "lh", "rlh":
+		return f * 16, true
+	case "ex", "ch", "cap", "ic":
+		return f * 8, true
+	case "in":
+		return f * 96, true
+	case "cm":
+		return f * 37.8, true
+	case "mm":
+		return f * 3.78, true
+	case "q":
+		return f * 0.945, true
+	case "%", "vw", "vh", "vmin", "vmax", "svw", "svh", "lvw", "lvh", "dvw", "dvh", "cqw", "cqh", "vi", "vb":
+		return f * 10, true
+	}
+	return 0, false
+}
+
+func cssTokens(v string) func(func(string) bool) {
+	return strings.FieldsFuncSeq(v, func(r rune) bool {
+		return r == ' ' || r == ',' || r == '(' || r == ')' || r == '/' || r == '\t' || r == '\n'
+	})
+}
+
+// offscreen reports whether a position, margin, indent or transform value
+// moves content out of view (<= -500px, or >= 5000px when far is set).
+func offscreen(v string, far bool) bool {
+	for tok := range cssTokens(v) {
+		if px, ok := length(tok); ok && (px <= -500 || far && px >= 5000) {
+			return true
+		}
+	}
+	return false
+}
+
+// zeroScale reports transforms such as scale(0) or scaleY(0.01).
+func zeroScale(v string) bool {
+	for _, fn := range [...]string{"scale(", "scalex(", "scaley(", "scale3d("} {
+		i := strings.Index(v, fn)
+		if i < 0 {
+			continue
+		}
+		args := v[i+len(fn):]
+		if j := strings.IndexByte(args, ')'); j >= 0 {
+			args = args[:j]
+		}
+		for tok := range cssTokens(args) {
+			if f, ok := fraction(tok); ok && f <= 0.05 && f >= -0.05 {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// tinyRect reports clip: rect(...) values that leave at most 1px.
+func tinyRect(v string) bool {
+	i := strings.Index(v, "rect(")
+	if i < 0 {
+		return false
+	}
+	var n [4]float64
+	k := 0
+	for tok := range cssTokens(v[i+len("rect("):]) {
+		if k == 4 {
+			break
+		}
+		px, ok := length(tok)
+		if !ok {
+			if tok == "auto" {
+				px = 1e6
+				if k < 2 {
+					px = 0 // auto top/left is the edge
+				}
+			} else {
+				return false
+			}
+		}
+		n[k] = px
+		k++
+	}
+	if k != 4 {
+		return false
+	}
+	top, right, bottom, left := n[0], n[1], n[2], n[3]
+	return bottom-top <= 1 || right-left <= 1
+}
+
+// clipPathHides reports clip-path values that cut everything away.
+func clipPathHides(v string) bool {
+	switch {
+	case strings.HasPrefix(v, "inset("):
+		for tok := range cssTokens(v[len("inset("):]) {
+			if f, unit, ok := number(tok); ok && unit == "%" && f >= 50 {
+				return true
+			}
+			break
+		}
+	case strings.HasPrefix(v, "circle("), strings.HasPrefix(v, "ellipse("):
+		args := v[strings.IndexByte(v, '(')+1:]
+		for tok := range cssTokens(args) {
+			if px, ok := length(tok); ok && px <= 1 {
+				return true
+			}
+			break
+		}
+	case strings.HasPrefix(v, "polygon("):
+		// All points equal (usually all 0): nothing left.
+		pts := strings.Split(strings.TrimSuffix(v[len("polygon("):], ")"), ",")
+		if len(pts) >= 3 {
+			first := strings.Join(strings.Fields(pts[0]), " ")
+			for _, p := range pts[1:] {
+				if strings.Join(strings.Fields(p), " ") != first {
+					return false
+				}
+			}
+			return true
+		}
+	}
+	return false
+}
+
+var namedColors = map[string]int32{
+	"white": 0xffffff, "black": 0, "red": 0xff0000, "green": 0x008000, "blue": 0x0000ff,
+	"yellow": 0xffff00, "gray": 0x808080, "grey": 0x808080, "silver": 0xc0c0c0,
+	"whitesmoke": 0xf5f5f5, "snow": 0xfffafa, "ivory": 0xfffff0, "navy": 0x000080,
+}
+
+// parseColor returns 0xRRGGBB, colTransparent for a fully or almost
+// transparent colour, or colUnknown.
+func parseColor(v string) int32 {
+	if v == "transparent" {
+		return colTransparent
+	}
+	if c, ok := namedColors[v]; ok {
+		return c
+	}
+	if strings.HasPrefix(v, "#") {
+		h := v[1:]
+		x, err := strconv.ParseUint(h, 16, 32)
+		if err != nil {
+			return colUnknown
+		}
+		switch len(h) {
+		case 3:
+			return int32((x>>8&0xf)*0x110000 + (x>>4&0xf)*0x1100 + (x&0xf)*0x11)
+		case 4:
+			if x&0xf == 0 {
+				return colTransparent
+			}
+			x >>= 4
+			return int32((x>>8&0xf)*0x110000 + (x>>4&0xf)*0x1100 + (x&0xf)*0x11)
+		case 6:
+			return int32(x)
+		case 8:
+			if x&0xff <= 0x0d {
+				return colTransparent
+			}
+			return int32(x >> 8)
+		}
+		return colUnknown
+	}
+	for _, fn := range [...]string{"rgba(", "rgb(", "hsla(", "hsl(", "hwb(", "lab(", "lch(", "oklab(", "oklch(", "color("} {
+		if !strings.HasPrefix(v, fn) {
+			continue
+		}
+		var parts []string
+		for tok := range cssTokens(v[len(fn):]) {
+			parts = append(parts, tok)
+		}
+		// The alpha is the 4th component ("color(srgb r g b / a)": 5th).
+		ai := 3
+		if fn == "color(" {
+			ai = 4
+		}
+		if len(parts) > ai {
+			if a, ok := fraction(parts[ai]); ok && a <= 0.05 {
+				return colTransparent
+			}
+			if a, ok := fraction(parts[ai]); !ok || a < 1 {
+				return colUnknown
+			}
+		}
+		if strings.HasPrefix(fn, "rgb") && len(parts) >= 3 {
+			var c int32
+			for _, p := range parts[:3] {
+				f, unit, ok := number(p)
+				if !ok || unit != "" && unit != "%" {
+					return colUnknown
+				}
+				if unit == "%" {
+					f = f * 255 / 100
+				}
+				c = c<<8 | int32(min(max(f+0.5, 0), 255))
+			}
+			return c
+		}
+		return colUnknown
+	}
+	return colUnknown
+}
+
+// decodeCSS removes comments and resolves escapes (`\64 isplay` is
+// `display`), so that escaped property names and values are recognised.
+func decodeCSS(s string) string {
+	var b strings.Builder
+	b.Grow(len(s))
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if c == '/' && i+1 < len(s) && s[i+1] == '*' {
+			end := strings.Index(s[i+2:], "*/")
+			if end < 0 {
+				break
+			}
+			i += 2 + end + 1
+			b.WriteByte(' ')
+			continue
+		}
+		if c != '\\' || i+1 >= len(s) {
+			b.WriteByte(c)
+			continue
+		}
+		i++
+		j := i
+		for j < len(s) && j < i+6 && isHex(s[j]) {
+			j++
+		}
+		if j == i {
+			if s[i] != '\n' { // escaped newline is a line continuation
+				b.WriteByte(s[i])
+			}
+			continue
+		}
+		x, _ := strconv.ParseUint(s[i:j], 16, 32)
+		r := rune(x)
+		if r == 0 || r > 0x10ffff || r >= 0xd800 && r <= 0xdfff {
+			r = 0xfffd
+		}
+		b.WriteRune(r)
+		if j < len(s) && (s[j] == ' ' || s[j] == '\t' || s[j] == '\n') {
+			j++
+		}
+		i = j - 1
+	}
+	return b.String()
+}
+
+func isHex(c byte) bool {
+	return c >= '0' && c <= '9' || c >= 'a' && c <= 'f' || c >= 'A' && c <= 'F'
+}

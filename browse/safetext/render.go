@@ -1,0 +1,656 @@
+package safetext
+
+import (
+	"bytes"
+	"net/url"
+	"strconv"
+	"strings"
+
+	"golang.org/x/net/html"
+	"golang.org/x/net/html/atom"
+)
+
+// action is what to do when leaving an element.
+type action uint8
+
+const (
+	actNone action = iota
+	actBlock1
+	actBlock2
+	actHeading // Markdown heading: captured
+	actList
+	actItem
+	actQuote
+	actPre
+	actCode
+	actLinkMD
+	actLinkText
+	actTable
+	actRow
+	actCell
+)
+
+// frame is the state of one open element.
+type frame struct {
+	act    action
+	hidden bool // text directly inside is not visible
+	level  uint8
+	soft   hide
+	fg, bg int32
+	prefix int    // writer prefix length to restore
+	mark   int    // writer buffer length at entry
+	href   string // link target
+	// Sibling rules armed by the children seen so far.
+	armed, adj uint64
+}
+
+type listState struct {
+	ordered bool
+	n       int
+}
+
+type tableState struct {
+	node                *html.Node
+	rows, cells, filled int
+	cols                int
+}
+
+// attrScan is what one pass over an element's attributes found.
+type attrScan struct {
+	hard                    bool // hidden, aria-hidden=true, popover, 0/1px image
+	style, alt, href, start string
+	color, bgcolor, role    string
+	hasAlt, open            bool
+}
+
+type walker struct {
+	w       writer
+	full    bool
+	base    *url.URL
+	sheet   *sheet
+	stack   []frame
+	lists   []listState
+	tables  []tableState
+	links   []string
+	linkNum map[string]int
+	info    elemInfo
+	scan    attrScan
+	classes []string
+}
+
+// Elements dropped with everything in them.
+var skipAtoms = map[atom.Atom]bool{
+	atom.Script: true, atom.Style: true, atom.Noscript: true, atom.Template: true,
+	atom.Iframe: true, atom.Frame: true, atom.Frameset: true, atom.Object: true,
+	atom.Embed: true, atom.Applet: true, atom.Svg: true, atom.Math: true,
+	atom.Canvas: true, atom.Audio: true, atom.Video: true, atom.Source: true,
+	atom.Track: true, atom.Input: true, atom.Textarea: true, atom.Select: true,
+	atom.Option: true, atom.Optgroup: true, atom.Button: true, atom.Datalist: true,
+	atom.Head: true, atom.Title: true, atom.Meta: true, atom.Link: true,
+	atom.Base: true, atom.Noembed: true, atom.Noframes: true, atom.Param: true,
+	atom.Rp: true, atom.Area: true, atom.Keygen: true, atom.Progress: true,
+	atom.Meter: true, atom.Map: true,
+}
+
+// Elements that end a line (1) or a paragraph (2).
+var blockAtoms = map[atom.Atom]uint8{
+	atom.Address: 1, atom.Article: 1, atom.Aside: 1, atom.Body: 1, atom.Center: 1,
+	atom.Dd: 1, atom.Details: 1, atom.Dialog: 1, atom.Div: 1, atom.Dt: 1,
+	atom.Fieldset: 1, atom.Figcaption: 1, atom.Figure: 1, atom.Footer: 1,
+	atom.Form: 1, atom.Header: 1, atom.Hgroup: 1, atom.Html: 1, atom.Legend: 1,
+	atom.Main: 1, atom.Nav: 1, atom.Section: 1, atom.Summary: 1, atom.Caption: 1,
+	atom.Search: 1, atom.Tbody: 1, atom.Thead: 1, atom.Tfoot: 1,
+	atom.P: 2, atom.Dl: 2, atom.Blockquote: 2,
+}
+
+func (wk *walker) top() *frame { return &wk.stack[len(wk.stack)-1] }
+
+// walk renders the subtree at root, with ctx as the context around it.
+// It uses an explicit stack (at most maxDepth frames) instead of recursion.
+func (wk *walker) walk(root *html.Node, ctx frame) {
+	wk.stack = append(wk.stack[:0], ctx)
+	n := root
+	for !wk.w.full {
+		descend := wk.enter(n)
+		if descend {
+			if n.FirstChild != nil && len(wk.stack) <= maxDepth {
+				n = n.FirstChild
+				continue
+			}
+			wk.exit()
+		}
+		for n != root && n.NextSibling == nil {
+			n = n.Parent
+			wk.exit()
+		}
+		if n == root {
+			return
+		}
+		n = n.NextSibling
+	}
+	// The output is full: close what is open, so that captured parts
+	// (table rows, headings, links) are written out.
+	for len(wk.stack) > 1 {
+		wk.exit()
+	}
+}
+
+// scanAttrs reads the attributes of n into wk.scan and wk.info.
+func (wk *walker) scanAttrs(n *html.Node) {
+	wk.scan = attrScan{}
+	wk.classes = wk.classes[:0]
+	wk.info = elemInfo{n: n}
+	s := &wk.scan
+	for i := range n.Attr {
+		a := &n.Attr[i]
+		if a.Namespace != "" {
+			continue
+		}
+		switch a.Key {
+		case "hidden", "popover":
+			s.hard = true
+		case "aria-hidden":
+			s.hard = s.hard || strings.EqualFold(strings.TrimSpace(a.Val), "true")
+		case "style":
+			s.style = a.Val
+		case "class":
+			for c := range strings.FieldsSeq(a.Val) {
+				wk.classes = append(wk.classes, strings.ToLower(c))
+			}
+		case "id":
+			wk.info.id = strings.ToLower(strings.TrimSpace(a.Val))
+		case "alt":
+			s.alt, s.hasAlt = a.Val, true
+		case "href":
+			s.href = a.Val
+		case "start":
+			s.start = a.Val
+		case "open":
+			s.open = true
+		case "color":
+			s.color = a.Val
+		case "bgcolor":
+			s.bgcolor = a.Val
+		case "role":
+			s.role = a.Val
+		case "width", "height":
+			if n.DataAtom == atom.Img {
+				if px, ok := length(strings.TrimSpace(a.Val) + "px"); ok && px <= 1 {
+					s.hard = true // tracking pixel
+				}
+			}
+		}
+	}
+	wk.info.classes = wk.classes
+}
+
+// siblingStep applies the sibling rules to element n, a child of the
+// element on top of the stack, and arms rules for the following siblings.
+// wk.info must describe n.
+func (wk *walker) siblingStep() hide {
+	p := wk.top()
+	var eff hide
+	active := p.armed | p.adj
+	var adj uint64
+	for i := range wk.sheet.sibling {
+		r := &wk.sheet.sibling[i]
+		bit := uint64(1) << i
+		if active&bit != 0 && r.right.match(&wk.info) {
+			eff |= r.eff
+		}
+		if r.left.match(&wk.info) {
+			if r.adjacent {
+				adj |= bit
+			} else {
+				p.armed |= bit
+			}
+		}
+	}
+	p.adj = adj
+	return eff
+}
+
+// armSiblings replays the element siblings before n for the sibling rules.
+func (wk *walker) armSiblings(n *html.Node) {
+	p := wk.top()
+	p.armed, p.adj = 0, 0
+	if len(wk.sheet.sibling) == 0 || n.Parent == nil {
+		return
+	}
+	for s := n.Parent.FirstChild; s != nil && s != n; s = s.NextSibling {
+		if s.Type == html.ElementNode {
+			wk.scanAttrs(s)
+			wk.siblingStep()
+		}
+	}
+}
+
+// visible computes the frame of element n (a child of the top of the
+// stack) and whether it is rendered at all. It leaves the attributes of n
+// in wk.scan.
+func (wk *walker) visible(n *html.Node) (frame, bool) {
+	sib := len(wk.sheet.sibling) > 0
+	skip := n.Namespace != "" || skipAtoms[n.DataAtom]
+	if skip && !sib {
+		return frame{}, false
+	}
+	wk.scanAttrs(n)
+	var eff hide
+	if sib {
+		eff = wk.siblingStep()
+	}
+	s := &wk.scan
+	if skip || s.hard || n.DataAtom == atom.Dialog && !s.open {
+		return frame{}, false
+	}
+	p := wk.top()
+	f := frame{soft: p.soft, fg: p.fg, bg: p.bg}
+	if s.color != "" {
+		if c := parseColor(strings.ToLower(strings.TrimSpace(s.color))); c != colUnknown {
+			f.fg = c
+		}
+	}
+	if s.bgcolor != "" {
+		if c := parseColor(strings.ToLower(strings.TrimSpace(s.bgcolor))); c >= 0 {
+			f.bg = c
+		}
+	}
+	if s.style != "" {
+		st := evalStyle(s.style)
+		if st.set&hideHard != 0 {
+			return frame{}, false
+		}
+		f.soft = f.soft&^st.clear | st.set&(hideFont|hideVis)
+		if st.fg != colUnknown {
+			f.fg = st.fg
+		}
+		if st.bg >= 0 {
+			f.bg = st.bg
+		}
+	}
+	eff |= wk.sheet.effect(&wk.info)
+	if eff&hideHard != 0 {
+		return frame{}, false
+	}
+	if eff&hideColor != 0 {
+		f.fg = colTransparent
+	}
+	f.soft |= eff & (hideFont | hideVis)
+	f.hidden = f.soft != 0 || f.fg == colTransparent || f.fg >= 0 && f.fg == f.bg
+	return f, true
+}
+
+// context computes the frame of ancestor a of a selected element.
+func (wk *walker) context(a *html.Node) (frame, bool) {
+	wk.armSiblings(a)
+	f, ok := wk.visible(a)
+	if !ok || a.DataAtom == atom.Head {
+		return frame{}, false
+	}
+	return f, true
+}
+
+// enter handles the start of node n and reports whether its children are
+// to be visited (then exit(n) follows).
+func (wk *walker) enter(n *html.Node) bool {
+	w := &wk.w
+	switch n.Type {
+	case html.TextNode:
+		if !wk.top().hidden {
+			w.text(n.Data)
+		}
+		return false
+	case html.DocumentNode:
+		f := *wk.top()
+		f.act, f.armed, f.adj = actNone, 0, 0
+		wk.stack = append(wk.stack, f)
+		return true
+	case html.ElementNode:
+	default:
+		return false // comments, doctype
+	}
+	f, ok := wk.visible(n)
+	if !ok {
+		return false
+	}
+	s := &wk.scan
+	switch n.DataAtom {
+	case atom.Br:
+		if !f.hidden {
+			w.br()
+		}
+		return false
+	case atom.Wbr:
+		return false
+	case atom.Img:
+		if !f.hidden && s.hasAlt {
+			if alt := collapse(s.alt, maxAlt); alt != "" {
+				w.literal("[image: ")
+				w.text(alt)
+				w.literal("]")
+			}
+		}
+		return false
+	case atom.Hr:
+		w.block(2)
+		if w.md && w.inline == 0 && !w.pre {
+			w.literal("* * *")
+			w.block(2)
+		}
+		return false
+	case atom.H1, atom.H2, atom.H3, atom.H4, atom.H5, atom.H6:
+		f.level = uint8(n.Data[1] - '0')
+		w.block(2)
+		if w.md && w.inline == 0 && !w.pre {
+			f.act = actHeading
+			w.beginCapture(false, false)
+			w.inline++
+		} else {
+			f.act = actBlock2
+		}
+	case atom.Ul, atom.Ol, atom.Menu, atom.Dir:
+		f.act = actList
+		l := listState{ordered: n.DataAtom == atom.Ol}
+		if l.ordered && s.start != "" {
+			if v, err := strconv.Atoi(strings.TrimSpace(s.start)); err == nil && v > -1e6 && v < 1e6 {
+				l.n = v - 1
+			}
+		}
+		wk.lists = append(wk.lists, l)
+		if len(wk.lists) > 1 {
+			w.block(1)
+		} else {
+			w.block(2)
+		}
+	case atom.Li:
+		f.act = actItem
+		f.prefix = len(w.prefix)
+		w.block(1)
+		if w.inline == 0 && !w.pre {
+			marker := "- "
+			if k := len(wk.lists); k > 0 && wk.lists[k-1].ordered {
+				wk.lists[k-1].n++
+				marker = strconv.Itoa(wk.lists[k-1].n) + ". "
+			}
+			w.setMarker(marker)
+		}
+	case atom.Blockquote:
+		f.act = actQuote
+		f.prefix = len(w.prefix)
+		w.block(2)
+		if w.md && w.inline == 0 && !w.pre && len(w.prefix) < maxPrefix {
+			w.prefix = append(w.prefix, "> "...)
+		}
+	case atom.Pre, atom.Xmp, atom.Listing, atom.Plaintext:
+		if w.inline == 0 && !w.pre && !w.raw {
+			f.act = actPre
+			w.beginCapture(true, true)
+		} else {
+			f.act = actBlock1
+		}
+	case atom.Code, atom.Kbd, atom.Samp, atom.Tt:
+		if w.md && !w.raw {
+			f.act = actCode
+			w.beginCapture(false, true)
+			w.inline++
+		}
+	case atom.A:
+		if wk.full && !w.raw && s.href != "" && len(wk.links) < maxLinks {
+			if u := linkTarget(s.href, wk.base); u != "" {
+				f.href = u
+				if w.md {
+					f.act = actLinkMD
+					w.beginCapture(false, false)
+					w.inline++
+				} else {
+					f.act = actLinkText
+					f.mark = len(w.buf)
+				}
+			}
+		}
+	case atom.Table:
+		if w.inline > 0 || w.pre || layoutTable(n, s.role) {
+			f.act = actBlock1
+			w.block(1)
+			break
+		}
+		f.act = actTable
+		wk.tables = append(wk.tables, tableState{node: n})
+		w.block(2)
+	case atom.Tr:
+		if len(wk.tables) == 0 || w.inline > 0 || w.pre || tableOf(n) != wk.tables[len(wk.tables)-1].node {
+			f.act = actBlock1
+			w.block(1)
+			break
+		}
+		f.act = actRow
+		t := &wk.tables[len(wk.tables)-1]
+		t.cells, t.filled = 0, 0
+		w.beginCapture(false, false)
+		w.inline++
+	case atom.Td, atom.Th:
+		if len(wk.tables) == 0 || n.Parent == nil || n.Parent.DataAtom != atom.Tr || wk.stack[len(wk.stack)-1].act != actRow {
+			f.act = actBlock1
+			w.block(1)
+			break
+		}
+		f.act = actCell
+		t := &wk.tables[len(wk.tables)-1]
+		if t.cells > 0 {
+			w.sep(" | ")
+		}
+		t.cells++
+		f.mark = len(w.buf)
+	default:
+		if b := blockAtoms[n.DataAtom]; b > 0 {
+			f.act = action(b) // actBlock1 or actBlock2
+			w.block(int(b))
+		}
+	}
+	wk.stack = append(wk.stack, f)
+	return true
+}
+
+// maxPrefix caps the indentation of nested lists and quotes.
+const maxPrefix = 40
+
+// tableOf returns the table element a row belongs to, or nil.
+func tableOf(tr *html.Node) *html.Node {
+	p := tr.Parent
+	if p != nil && (p.DataAtom == atom.Tbody || p.DataAtom == atom.Thead || p.DataAtom == atom.Tfoot) {
+		p = p.Parent
+	}
+	if p != nil && p.DataAtom == atom.Table {
+		return p
+	}
+	return nil
+}
+
+// layoutTable guesses that a table is used for page layout rather than
+// data: role=presentation, or cells holding block content. Such tables are
+// rendered as blocks instead of rows of cells.
+func layoutTable(t *html.Node, role string) bool {
+	if role == "presentation" || role == "none" {
+		return true
+	}
+	seen := 0
+	for sec := t.FirstChild; sec != nil; sec = sec.NextSibling {
+		rows := sec
+		if sec.DataAtom == atom.Tr {
+			rows = t
+		} else if sec.DataAtom != atom.Tbody && sec.DataAtom != atom.Thead && sec.DataAtom != atom.Tfoot {
+			continue
+		}
+		for tr := rows.FirstChild; tr != nil; tr = tr.NextSibling {
+			if tr.DataAtom != atom.Tr {
+				continue
+			}
+			for td := tr.FirstChild; td != nil; td = td.NextSibling {
+				for c := td.FirstChild; c != nil; c = c.NextSibling {
+					if seen++; seen > 2000 {
+						return false
+					}
+					switch c.DataAtom {
+					case atom.P, atom.Div, atom.Table, atom.Ul, atom.Ol, atom.H1, atom.H2, atom.H3,
+						atom.H4, atom.H5, atom.H6, atom.Pre, atom.Blockquote, atom.Form, atom.Section,
+						atom.Article, atom.Nav, atom.Header, atom.Footer, atom.Main, atom.Dl:
+						return true
+					}
+				}
+			}
+		}
+		if rows == t {
+			break
+		}
+	}
+	return false
+}
+
+// exit handles the end of the element whose frame is on top of the stack.
+func (wk *walker) exit() {
+	f := wk.stack[len(wk.stack)-1]
+	wk.stack = wk.stack[:len(wk.stack)-1]
+	w := &wk.w
+	switch f.act {
+	case actBlock1:
+		w.block(1)
+	case actBlock2:
+		w.block(2)
+	case actHeading:
+		content, _ := w.endCapture()
+		w.inline--
+		if c := bytes.TrimSpace(content); len(c) > 0 {
+			w.block(2)
+			w.literal("######"[:f.level] + " ")
+			w.buf = append(w.buf, c...)
+			w.block(2)
+		}
+	case actList:
+		wk.lists = wk.lists[:len(wk.lists)-1]
+		if len(wk.lists) > 0 {
+			w.block(1)
+		} else {
+			w.block(2)
+		}
+	case actItem:
+		if w.marker != "" {
+			w.marker = "" // empty item
+		}
+		w.prefix = w.prefix[:f.prefix]
+		w.block(1)
+	case actQuote:
+		w.prefix = w.prefix[:f.prefix]
+		w.block(2)
+	case actPre:
+		content, _ := w.endCapture()
+		w.codeBlock(content)
+	case actCode:
+		content, sp := w.endCapture()
+		w.inline--
+		w.inlineCode(content)
+		if sp {
+			w.space, w.pend = true, true
+		}
+	case actLinkMD:
+		content, sp := w.endCapture()
+		w.inline--
+		if len(bytes.TrimSpace(content)) > 0 {
+			w.literal("[")
+			w.buf = append(w.buf, content...)
+			w.literal("](" + f.href + ")")
+			wk.linkNumber(f.href)
+		}
+		if sp {
+			w.space, w.pend = true, true
+		}
+	case actLinkText:
+		if len(w.buf) > f.mark {
+			num := wk.linkNumber(f.href)
+			w.space, w.pend = true, true
+			w.literal("[" + strconv.Itoa(num) + "]")
+		}
+	case actTable:
+		wk.tables = wk.tables[:len(wk.tables)-1]
+		w.block(2)
+	case actRow:
+		content, _ := w.endCapture()
+		w.inline--
+		t := &wk.tables[len(wk.tables)-1]
+		if t.filled == 0 {
+			break
+		}
+		w.block(1)
+		if w.md {
+			w.literal("| ")
+			w.buf = append(w.buf, content...)
+			w.literal(" |")
+			if t.rows == 0 {
+				t.cols = t.cells
+				w.buf = append(w.buf, '\n')
+				w.buf = append(w.buf, w.prefix...)
+				w.literal("|" + strings.Repeat(" --- |", t.cols))
+			}
+		} else {
+			w.literal(string(content))
+		}
+		t.rows++
+		w.block(1)
+	case actCell:
+		if len(w.buf) > f.mark {
+			wk.tables[len(wk.tables)-1].filled++
+		}
+	}
+}
+
+// linkNumber returns the number of a link target, adding it to the list.
+func (wk *walker) linkNumber(u string) int {
+	if wk.linkNum == nil {
+		wk.linkNum = make(map[string]int)
+	}
+	if n, ok := wk.linkNum[u]; ok {
+		return n
+	}
+	wk.links = append(wk.links, u)
+	wk.linkNum[u] = len(wk.links)
+	return len(wk.links)
+}
+
+// finish returns the output: lines without trailing white space and, in
+// text format with full links, the numbered list of link targets.
+func (wk *walker) finish() string {
+	buf := wk.w.buf
+	out := ""
+	if bytes.Contains(buf, []byte(" \n")) || bytes.Contains(buf, []byte("\t\n")) {
+		out = trimLines(buf)
+	} else {
+		out = strings.TrimRight(string(bytes.TrimRight(buf, " \t")), "\n")
+	}
+	if len(wk.links) > 0 && !wk.w.md {
+		var lb strings.Builder
+		lb.WriteString(out)
+		lb.WriteString("\n\nLinks:")
+		for i, u := range wk.links {
+			lb.WriteString("\n[")
+			lb.WriteString(strconv.Itoa(i + 1))
+			lb.WriteString("] ")
+			lb.WriteString(u)
+		}
+		out = lb.String()
+	}
+	return out
+}
+
+// trimLines removes trailing white space from every line.
+func trimLines(buf []byte) string {
+	var b strings.Builder
+	b.Grow(len(buf))
+	for line := range bytes.Lines(buf) {
+		end := bytes.HasSuffix(line, []byte{'\n'})
+		line = bytes.TrimRight(line, " \t\n")
+		b.Write(line)
+		if end {
+			b.WriteByte('\n')
+		}
+	}
+	return strings.TrimRight(b.String(), "\n")
+}
