@@ -164,11 +164,11 @@ func builtinSpecs() []spec {
 		// Credentials in URLs: the password only.
 		{typ: "db_url_password", kw: []string{"://"}, prio: prioURL - 1, before: 40, pre: urlHasPassword,
 			re: `(?i)\b(?:jdbc:)?(?:postgres(?:ql)?|mysql|mariadb|mongodb(?:\+srv)?|rediss?|amqps?|mssql|sqlserver|clickhouse|cockroachdb|couchdbs?|neo4j(?:\+s)?|oracle|db2|snowflake|memcached|influxdb|cassandra|nats|kafka)` +
-				`(?:\+[a-z0-9]{1,12})?://[^\s:/?#@"'<>\x60]{0,128}:([^\s/?@"'<>\x60]{1,256})@`,
-			group: 1, check: notPlaceholderGroup(1)},
+				`(?:\+[a-z0-9]{1,12})?://[^\s:/?#@"'<>\x60]{0,128}:([^\s:/?@"'<>\x60]{1,256})@`,
+			group: 1, check: urlPassword},
 		{typ: "url_password", kw: []string{"://"}, prio: prioURL, before: 32, pre: urlHasPassword,
-			re:    `\b[A-Za-z][A-Za-z0-9+.-]{0,30}://[^\s:/?#@"'<>\x60]{0,128}:([^\s/?@"'<>\x60]{1,256})@`,
-			group: 1, check: notPlaceholderGroup(1)},
+			re:    `\b[A-Za-z][A-Za-z0-9+.-]{0,30}://[^\s:/?#@"'<>\x60]{0,128}:([^\s:/?@"'<>\x60]{1,256})@`,
+			group: 1, check: urlPassword},
 
 		// Authorization headers and bare schemes.
 		{typ: "authorization_header", kw: []string{"authorization"}, anchored: true, prio: prioHeader, after: longSpan,
@@ -186,7 +186,7 @@ func builtinSpecs() []spec {
 		// name = value assignments.
 		{typ: "password", kw: []string{"password", "passwd", "passphrase", "pass"}, anchored: true, prio: prioGeneric, before: 2,
 			re:  `(?i)(?:password|passwd|passphrase|pass)` + assignValue,
-			pre: assignment(0), check: passwordValue},
+			pre: passwordPre, check: passwordValue},
 		{typ: "generic_secret", kw: []string{"secret", "token", "api_key", "api-key", "apikey", "access_key", "access-key", "accesskey",
 			"private_key", "private-key", "privatekey", "auth_key", "auth-key", "authkey", "credential", "client_secret"},
 			anchored: true, prio: prioGeneric + 1, before: 2,
@@ -402,7 +402,7 @@ func passwordValue(win []byte, m []int) (int, int, bool) {
 		v = bytes.TrimRight(v, ".!?:)]}")
 		e = s + len(v)
 	}
-	if len(v) < 6 || isPlaceholder(v) || !delimited && looksLikeCode(v) {
+	if len(v) < 6 || isPlaceholder(v) || !delimited && (looksLikeCode(v) || glued(win, s) || v[0] == '/' && bytes.IndexByte(v[1:], '/') >= 0) {
 		return 0, 0, false
 	}
 	var digit, upper, lower, other bool
@@ -453,7 +453,7 @@ func secretValue(win []byte, m []int) (int, int, bool) {
 		v = bytes.TrimRight(v, ".!?:)]}")
 		e = s + len(v)
 	}
-	if len(v) < 12 || isPlaceholder(v) || looksLikeCode(v) || bytes.Contains(v, []byte("://")) {
+	if len(v) < 12 || isPlaceholder(v) || bytes.Contains(v, []byte("://")) || !delimited && (looksLikeCode(v) || glued(win, s)) {
 		return 0, 0, false
 	}
 	var digit, letter bool
@@ -469,6 +469,9 @@ func secretValue(win []byte, m []int) (int, int, bool) {
 	}
 	return s, e, true
 }
+
+// glued: an unquoted value right after a colon (a:b:c formats, not YAML).
+func glued(win []byte, s int) bool { return s > 0 && win[s-1] == ':' }
 
 func isFlag(win []byte, ks int) bool { return ks >= 2 && win[ks-1] == '-' && win[ks-2] == '-' }
 
@@ -516,7 +519,7 @@ func basicCredential(win []byte, m []int) (int, int, bool) {
 		return 0, 0, false
 	}
 	i := bytes.IndexByte(dec, ':')
-	if i <= 0 || i == len(dec)-1 {
+	if i <= 0 || i == len(dec)-1 || string(dec) == "Aladdin:open sesame" { // RFC 7617's example
 		return 0, 0, false
 	}
 	for _, r := range string(dec) {
@@ -535,14 +538,39 @@ func notAfterDigit(win []byte, m []int) (int, int, bool) {
 	return m[2], m[3], true
 }
 
-func notPlaceholderGroup(group int) func([]byte, []int) (int, int, bool) {
-	return func(win []byte, m []int) (int, int, bool) {
-		s, e := m[2*group], m[2*group+1]
-		if isPlaceholder(win[s:e]) {
-			return 0, 0, false
-		}
-		return s, e, true
+// urlPassword: the password of user:password@host, unless it is a
+// placeholder, shorter than 4 bytes, or the host is a documentation domain
+// (example.com, *.example).
+func urlPassword(win []byte, m []int) (int, int, bool) {
+	s, e := m[2], m[3]
+	if e-s < 4 || isPlaceholder(win[s:e]) || exampleHost(win[e+1:]) {
+		return 0, 0, false
 	}
+	return s, e, true
+}
+
+func exampleHost(rest []byte) bool {
+	i := 0
+	for i < len(rest) && i < 256 && (isLetter(rest[i]) || '0' <= rest[i] && rest[i] <= '9' || rest[i] == '.' || rest[i] == '-') {
+		i++
+	}
+	h := bytes.ToLower(rest[:i])
+	return bytes.HasPrefix(h, []byte("example.")) || bytes.Contains(h, []byte(".example.")) || bytes.HasSuffix(h, []byte(".example"))
+}
+
+// passwordPre: assignment, and the bare keyword "pass" only as a name of its
+// own (DB_PASS=, pass:), not inside a word (compass, renderPass) nor as a
+// test verdict (--- PASS: TestX).
+func passwordPre(win []byte, ks, ke int) bool {
+	if ke-ks == 4 {
+		if ks > 0 && isLetter(win[ks-1]) {
+			return false
+		}
+		if win[ks] == 'P' && win[ks+1] == 'A' && ke < len(win) && win[ke] == ':' {
+			return false
+		}
+	}
+	return assignment(0)(win, ks, ke)
 }
 
 func hasDigit(v []byte) bool {

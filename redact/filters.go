@@ -38,7 +38,8 @@ var placeholderWords = map[string]bool{
 var placeholderParts = [][]byte{
 	[]byte("example"), []byte("placeholder"), []byte("redacted"), []byte("changeme"), []byte("dummy"),
 	[]byte("your_"), []byte("your-"), []byte("yourp"), []byte("yours"), []byte("yourt"), []byte("youra"),
-	[]byte("xxxxx"), []byte("*****"), []byte("_here"), []byte("-here"),
+	[]byte("xxxxx"), []byte("*****"), []byte("_here"), []byte("-here"), []byte("sample"),
+	[]byte("password"), []byte("passwd"), []byte("secret"),
 }
 
 // isPlaceholder reports values that stand for a secret instead of being
@@ -75,22 +76,17 @@ func isPlaceholder(v []byte) bool {
 	if same {
 		return true
 	}
-	switch v[0] {
-	case '$':
-		// $VAR, ${VAR}, $(cmd), ${{ secrets.X }}
-		return len(v) > 1 && (isLetter(v[1]) || v[1] == '_' || v[1] == '{' || v[1] == '(')
-	case '<':
-		return v[len(v)-1] == '>'
-	case '{':
-		return v[len(v)-1] == '}'
-	case '[':
-		return v[len(v)-1] == ']'
-	case '%':
-		return len(v) > 1 && (v[1] == '(' || v[1] == 's' && len(v) == 2 || v[len(v)-1] == '%')
-	case '#', '@':
-		return len(v) > 1 && v[1] == '{'
-	}
-	if bytes.HasPrefix(v, []byte("{{")) || bytes.HasSuffix(v, []byte("}}")) {
+	last := v[len(v)-1]
+	switch {
+	case v[0] == '$' && len(v) > 1 && (isLetter(v[1]) || v[1] == '_' || v[1] == '{' || v[1] == '('):
+		return true // $VAR, ${VAR}, $(cmd), ${{ secrets.X }}
+	case v[0] == '<' && last == '>', v[0] == '{' && last == '}', v[0] == '[' && last == ']':
+		return true
+	case v[0] == '%' && len(v) > 1 && (v[1] == '(' || v[1] == 's' && len(v) == 2 || last == '%'):
+		return true // %(name)s, %s, %VAR%
+	case (v[0] == '#' || v[0] == '@') && len(v) > 1 && v[1] == '{':
+		return true
+	case bytes.HasPrefix(v, []byte("{{")) || bytes.HasSuffix(v, []byte("}}")):
 		return true
 	}
 	// ENV_VAR_NAME: upper case and underscores only, at least one underscore.
@@ -112,7 +108,7 @@ func isPlaceholder(v []byte) bool {
 // looksLikeCode reports unquoted values that are expressions rather than
 // literals: calls, dotted names without digits, pointers, slices.
 func looksLikeCode(v []byte) bool {
-	if bytes.IndexByte(v, '(') >= 0 || bytes.Contains(v, []byte("[]")) || bytes.Contains(v, []byte("->")) {
+	if bytes.IndexByte(v, '(') >= 0 || bytes.IndexByte(v, '[') >= 0 || bytes.Contains(v, []byte("->")) || namesCredential(v) {
 		return true
 	}
 	if v[0] == '*' || v[0] == '&' || v[0] == '!' {
@@ -135,4 +131,18 @@ func looksLikeCode(v []byte) bool {
 		}
 	}
 	return dots > 0 && digits == 0
+}
+
+var credentialWords = [][]byte{[]byte("key"), []byte("token"), []byte("private"), []byte("cert"), []byte("cred"), []byte("pass")}
+
+// namesCredential: an unquoted value that names a credential is a variable
+// (testRSA2048PrivateKey, cfg.Token), not a credential.
+func namesCredential(v []byte) bool {
+	l := bytes.ToLower(v)
+	for _, w := range credentialWords {
+		if bytes.Contains(l, w) {
+			return true
+		}
+	}
+	return false
 }

@@ -95,8 +95,8 @@ func TestStreamHoldBack(t *testing.T) {
 	r := Default()
 	unterminated := "-----BEGIN RSA PRIVATE" + " KEY-----\n" + strings.Repeat(b64lines(1), 400)
 	for _, text := range []string{
-		strings.Repeat("plain words with nothing secret in them at all\n", 2000),
-		strings.Repeat("token bearer password authorization :// eyJ PRIVATE"+" KEY ", 2000),
+		strings.Repeat("plain words with nothing secret in them at all\n", 600),
+		strings.Repeat("token bearer password authorization :// eyJ PRIVATE"+" KEY ", 600),
 		unterminated,
 	} {
 		var out bytes.Buffer
