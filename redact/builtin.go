@@ -3,6 +3,7 @@ package redact
 import (
 	"bytes"
 	"encoding/base64"
+	"strings"
 	"unicode/utf8"
 )
 
@@ -37,8 +38,14 @@ const longSpan = 16 << 10
 // <tag>value</ (4); or after a --flag and blanks (5).
 const (
 	assignSep   = `["']?[ \t]{0,4}(?::=|=>|=|:)[ \t]{0,4}`
-	assignValue = `(?:` + assignSep + `(?:"([^"\r\n]{1,256})"|'([^'\r\n]{1,256})'|([^\s"'\x60,;&]{1,256}))` +
-		`|>([^<\r\n]{1,256})</|[ \t]{1,4}([^\s"'\x60,;&]{1,256}))`
+	assignValue = `(?:` + assignSep + `(?:"([^"\r\n]+)"|'([^'\r\n]+)'|([^\s"'\x60,;&]+))` +
+		`|>([^<\r\n]+)</|[ \t]{1,4}([^\s"'\x60,;&]+))`
+	// maxValue bounds an assigned value (characters): a longer delimited
+	// value is no match, a longer bare one is cut there.
+	maxValue = 256
+	// assignAfter bounds an assignment after its keyword: name suffix,
+	// separator, quotes and a value of maxValue 4-byte characters.
+	assignAfter = 16 + 4*maxValue + 2
 )
 
 func builtinSpecs() []spec {
@@ -162,13 +169,13 @@ func builtinSpecs() []spec {
 			re: `LS0tLS1CRUdJTi[A-Za-z0-9+/]{16,}={0,2}(?:\r?\n[A-Za-z0-9+/]{20,}={0,2})*`, check: base64Key},
 
 		// Credentials in URLs: the password only.
-		{typ: "db_url_password", kw: []string{"://"}, prio: prioURL - 1, before: 40, pre: urlHasPassword,
+		// The regex finds scheme://, check reads user:password@ after it.
+		{typ: "db_url_password", kw: []string{"://"}, prio: prioURL - 1, before: 40, after: 1, ext: userinfoSpan, pre: urlHasPassword,
 			re: `(?i)\b(?:jdbc:)?(?:postgres(?:ql)?|mysql|mariadb|mongodb(?:\+srv)?|rediss?|amqps?|mssql|sqlserver|clickhouse|cockroachdb|couchdbs?|neo4j(?:\+s)?|oracle|db2|snowflake|memcached|influxdb|cassandra|nats|kafka)` +
-				`(?:\+[a-z0-9]{1,12})?://[^\s:/?#@"'<>\x60]{0,128}:([^\s:/?@"'<>\x60]{1,256})@`,
-			group: 1, check: urlPassword},
-		{typ: "url_password", kw: []string{"://"}, prio: prioURL, before: 32, pre: urlHasPassword,
-			re:    `\b[A-Za-z][A-Za-z0-9+.-]{0,30}://[^\s:/?#@"'<>\x60]{0,128}:([^\s:/?@"'<>\x60]{1,256})@`,
-			group: 1, check: urlPassword},
+				`(?:\+[a-z0-9]{1,12})?://`,
+			check: urlPassword},
+		{typ: "url_password", kw: []string{"://"}, prio: prioURL, before: 32, after: 1, ext: userinfoSpan, pre: urlHasPassword,
+			re: `\b[A-Za-z][A-Za-z0-9+.-]{0,30}://`, check: urlPassword},
 
 		// Authorization headers and bare schemes.
 		{typ: "authorization_header", kw: []string{"authorization"}, anchored: true, prio: prioHeader, after: longSpan,
@@ -184,12 +191,12 @@ func builtinSpecs() []spec {
 			re: `(?i)basic[ \t]{1,4}([A-Za-z0-9+/]{6,1000}={0,2})(?:[^A-Za-z0-9+/=]|$)`, group: 1, check: basicCredential},
 
 		// name = value assignments.
-		{typ: "password", kw: []string{"password", "passwd", "passphrase", "pass"}, anchored: true, prio: prioGeneric, before: 2,
+		{typ: "password", kw: []string{"password", "passwd", "passphrase", "pass"}, anchored: true, prio: prioGeneric, before: 2, after: assignAfter,
 			re:  `(?i)(?:password|passwd|passphrase|pass)` + assignValue,
 			pre: passwordPre, check: passwordValue},
 		{typ: "generic_secret", kw: []string{"secret", "token", "api_key", "api-key", "apikey", "access_key", "access-key", "accesskey",
 			"private_key", "private-key", "privatekey", "auth_key", "auth-key", "authkey", "credential", "client_secret"},
-			anchored: true, prio: prioGeneric + 1, before: 2,
+			anchored: true, prio: prioGeneric + 1, before: 2, after: assignAfter,
 			re:  `(?i)(?:secret(?:[_-]?key)?|token|api[_-]?key|access[_-]?key|private[_-]?key|auth[_-]?key|credentials?|client_secret)` + assignValue,
 			pre: assignment(4), check: secretValue},
 	}
@@ -381,11 +388,27 @@ func isLetter(b byte) bool { return 'a' <= b|0x20 && b|0x20 <= 'z' }
 // value returns the assigned value's range from the assignValue groups,
 // counted from first (the number of groups before them), and whether it was
 // delimited (quoted or in a tag).
-func value(m []int, first int) (s, e int, delimited, flag bool) {
+func value(win []byte, m []int, first int) (s, e int, delimited, flag bool) {
 	for g := first + 1; g <= first+5; g++ {
-		if m[2*g] >= 0 {
-			return m[2*g], m[2*g+1], g != first+3 && g != first+5, g == first+5
+		if m[2*g] < 0 {
+			continue
 		}
+		s, e = m[2*g], m[2*g+1]
+		delimited, flag = g != first+3 && g != first+5, g == first+5
+		// At most maxValue characters: cut a bare value, drop a delimited one.
+		n, i := 0, s
+		for i < e && n < maxValue {
+			_, size := utf8.DecodeRune(win[i:e])
+			i += size
+			n++
+		}
+		if i < e {
+			if delimited {
+				return -1, -1, false, false
+			}
+			e = i
+		}
+		return s, e, delimited, flag
 	}
 	return -1, -1, false, false
 }
@@ -393,7 +416,7 @@ func value(m []int, first int) (s, e int, delimited, flag bool) {
 // passwordValue: a password assigned in a name = value pair, unless it is a
 // placeholder, a reference or code, or an unquoted lower-case word.
 func passwordValue(win []byte, m []int) (int, int, bool) {
-	s, e, delimited, flag := value(m, 0)
+	s, e, delimited, flag := value(win, m, 0)
 	if s < 0 || flag && !isFlag(win, m[0]) {
 		return 0, 0, false
 	}
@@ -444,7 +467,7 @@ func envStyle(win []byte, ks int) bool {
 // secretValue: a token-like value (long, letters and digits, high entropy)
 // assigned to a secret/token/api_key/... name.
 func secretValue(win []byte, m []int) (int, int, bool) {
-	s, e, delimited, flag := value(m, 0)
+	s, e, delimited, flag := value(win, m, 0)
 	if s < 0 || flag && !isFlag(win, m[0]) {
 		return 0, 0, false
 	}
@@ -538,15 +561,47 @@ func notAfterDigit(win []byte, m []int) (int, int, bool) {
 	return m[2], m[3], true
 }
 
-// urlPassword: the password of user:password@host, unless it is a
+// userinfoSpan bounds user:password@ (128 and 256 characters of at most
+// 4 bytes).
+const userinfoSpan = 4*(128+256) + 2
+
+// urlPassword reads user:password@ after scheme:// (user: at most 128
+// characters, none of whitespace and :/?#@"'<>`; password: 1 to 256, none
+// of whitespace and :/?@"'<>`) and returns the password, unless it is a
 // placeholder, shorter than 4 bytes, or the host is a documentation domain
 // (example.com, *.example).
 func urlPassword(win []byte, m []int) (int, int, bool) {
-	s, e := m[2], m[3]
+	i, ok := runeRun(win, m[1], 0, 128, ":/?#@\"'<>`")
+	if !ok || i >= len(win) || win[i] != ':' {
+		return 0, 0, false
+	}
+	s := i + 1
+	e, ok := runeRun(win, s, 1, 256, ":/?@\"'<>`")
+	if !ok || e >= len(win) || win[e] != '@' {
+		return 0, 0, false
+	}
 	if e-s < 4 || isPlaceholder(win[s:e]) || exampleHost(win[e+1:]) {
 		return 0, 0, false
 	}
 	return s, e, true
+}
+
+// runeRun returns the end of the run of runes from i that are neither RE2's
+// \s nor in stop; ok=false when the run is shorter than lo or longer than
+// hi runes.
+func runeRun(win []byte, i, lo, hi int, stop string) (int, bool) {
+	n := 0
+	for i < len(win) {
+		r, size := utf8.DecodeRune(win[i:])
+		if r == ' ' || r == '\t' || r == '\n' || r == '\f' || r == '\r' || r < utf8.RuneSelf && strings.IndexByte(stop, byte(r)) >= 0 {
+			break
+		}
+		if n++; n > hi {
+			return i, false
+		}
+		i += size
+	}
+	return i, n >= lo
 }
 
 func exampleHost(rest []byte) bool {

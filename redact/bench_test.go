@@ -1,0 +1,104 @@
+package redact
+
+import (
+	"bytes"
+	"io"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+)
+
+// Benchmarks: go test -bench . ./redact/
+//
+// Each input is redacted by the Redactor ("windowed": keyword prefilter,
+// regexes only in windows around keyword hits) and by baselineRedact
+// ("baseline": every rule's regexp over the whole text), in the same run.
+
+const benchSize = 3 << 20
+
+func isProse(p string) bool {
+	base := filepath.Base(p)
+	return strings.HasSuffix(p, ".txt") || strings.HasSuffix(p, ".md") || strings.HasSuffix(p, ".rst") ||
+		strings.HasPrefix(base, "README") || base == "copyright" || strings.HasPrefix(base, "NEWS")
+}
+
+func joinSample(tb testing.TB, root string, keep func(string) bool) []byte {
+	var b []byte
+	for _, f := range sampleFiles(tb, root, keep, benchSize) {
+		b = append(b, f.data...)
+		if len(b) >= benchSize {
+			break
+		}
+	}
+	return b
+}
+
+var benchInputs = sync.OnceValue(func() map[string][]byte {
+	m := map[string][]byte{}
+	tb := &testing.B{} // sampleFiles only calls Skipf on a missing tree
+	func() {
+		defer func() { recover() }()
+		m["prose"] = joinSample(tb, docRoot, isProse)
+	}()
+	func() {
+		defer func() { recover() }()
+		m["gosrc"] = joinSample(tb, goSrc, isGoSource)
+	}()
+	// Secret-dense: every corpus sample, each followed by a line of prose.
+	var d bytes.Buffer
+	for d.Len() < 1<<20 {
+		for _, s := range corpus {
+			d.WriteString(s.text())
+			d.WriteString("\nThe service answered with the usual headers and a short body.\n")
+		}
+	}
+	m["dense"] = d.Bytes()
+	return m
+})
+
+func benchInput(b *testing.B, name string) []byte {
+	in := benchInputs()[name]
+	if len(in) == 0 {
+		b.Skipf("no %s input on this machine", name)
+	}
+	return in
+}
+
+func BenchmarkRedact(b *testing.B) {
+	r := Default()
+	for _, name := range []string{"prose", "gosrc", "dense"} {
+		b.Run(name+"/windowed", func(b *testing.B) {
+			in := benchInput(b, name)
+			b.SetBytes(int64(len(in)))
+			for b.Loop() {
+				r.Bytes(in)
+			}
+		})
+		b.Run(name+"/baseline", func(b *testing.B) {
+			in := benchInput(b, name)
+			b.SetBytes(int64(len(in)))
+			for b.Loop() {
+				baselineRedact(r, in)
+			}
+		})
+	}
+}
+
+// The Writer, in 32 KiB writes (a pipe's usual read size).
+func BenchmarkWriter(b *testing.B) {
+	r := Default()
+	for _, name := range []string{"prose", "gosrc", "dense"} {
+		b.Run(name, func(b *testing.B) {
+			in := benchInput(b, name)
+			b.SetBytes(int64(len(in)))
+			for b.Loop() {
+				w := r.NewWriter(io.Discard)
+				for i := 0; i < len(in); i += 32 << 10 {
+					w.Write(in[i:min(i+32<<10, len(in))])
+				}
+				w.Close()
+			}
+		})
+	}
+}
