@@ -103,18 +103,30 @@ func isWS(c byte) bool {
 	return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f'
 }
 
+// skipWS skips white space and backslashes (Markdown escapes).
 func skipWS(s string) string {
 	i := 0
-	for i < len(s) && isWS(s[i]) {
+	for i < len(s) && (isWS(s[i]) || s[i] == '\\') {
 		i++
 	}
 	return s[i:]
 }
 
-// hasFoldPrefix reports whether s starts with the lower-case ASCII word w,
-// in any letter case.
-func hasFoldPrefix(s, w string) bool {
-	return len(s) >= len(w) && strings.EqualFold(s[:len(w)], w)
+// word matches the lower-case ASCII word w at the start of s, in any
+// letter case and ignoring backslashes (Markdown escapes, as in
+// "im\_start"), and returns the rest of s.
+func word(s, w string) (rest string, ok bool) {
+	i := 0
+	for j := 0; j < len(w); j++ {
+		for i < len(s) && s[i] == '\\' {
+			i++
+		}
+		if i == len(s) || s[i]|0x20 != w[j] && s[i] != w[j] {
+			return s, false
+		}
+		i++
+	}
+	return s[i:], true
 }
 
 // roleTags are tag names that chat templates and agent frameworks use for
@@ -140,21 +152,22 @@ func tagKind(s string) bool {
 		if t != "" && t[0] == '/' {
 			t = skipWS(t[1:])
 		}
-		return hasFoldPrefix(t, "sys")
+		_, ok := word(t, "sys")
+		return ok
 	}
 	if s[0] == '/' {
 		s = skipWS(s[1:])
 	}
-	if hasFoldPrefix(s, "untrusted") {
-		t := s[len("untrusted"):]
+	if t, ok := word(s, "untrusted"); ok {
 		for t != "" && (isWS(t[0]) || t[0] == '-' || t[0] == '_' || t[0] == '\\') {
 			t = t[1:]
 		}
-		return hasFoldPrefix(t, "content")
+		_, ok := word(t, "content")
+		return ok
 	}
 	for _, w := range roleTags {
-		if hasFoldPrefix(s, w) {
-			t := s[len(w):]
+		if t, ok := word(s, w); ok {
+			t = strings.TrimLeft(t, "\\")
 			if t == "" || !isAlnum(t[0]) {
 				return true
 			}
@@ -174,9 +187,10 @@ func isInst(s string) bool {
 	if s != "" && s[0] == '/' {
 		s = skipWS(s[1:])
 	}
-	if !hasFoldPrefix(s, "inst") {
+	s, ok := word(s, "inst")
+	if !ok {
 		return false
 	}
-	s = skipWS(s[4:])
+	s = skipWS(s)
 	return s != "" && s[0] == ']'
 }

@@ -98,7 +98,7 @@ var blockAtoms = map[atom.Atom]uint8{
 	atom.Dd: 1, atom.Details: 1, atom.Dialog: 1, atom.Div: 1, atom.Dt: 1,
 	atom.Fieldset: 1, atom.Figcaption: 1, atom.Figure: 1, atom.Footer: 1,
 	atom.Form: 1, atom.Header: 1, atom.Hgroup: 1, atom.Html: 1, atom.Legend: 1,
-	atom.Main: 1, atom.Nav: 1, atom.Section: 1, atom.Summary: 1, atom.Caption: 1,
+	atom.Main: 1, atom.Nav: 1, atom.Section: 1, atom.Summary: 1, atom.Caption: 2,
 	atom.Search: 1, atom.Tbody: 1, atom.Thead: 1, atom.Tfoot: 1,
 	atom.P: 2, atom.Dl: 2, atom.Blockquote: 2,
 }
@@ -467,8 +467,9 @@ func tableOf(tr *html.Node) *html.Node {
 }
 
 // layoutTable guesses that a table is used for page layout rather than
-// data: role=presentation, or cells holding block content. Such tables are
-// rendered as blocks instead of rows of cells.
+// data: role=presentation, or a cell holding a heading, a table, a form,
+// a sectioning element or several blocks. Such tables are rendered as
+// blocks instead of rows of cells.
 func layoutTable(t *html.Node, role string) bool {
 	if role == "presentation" || role == "none" {
 		return true
@@ -486,15 +487,20 @@ func layoutTable(t *html.Node, role string) bool {
 				continue
 			}
 			for td := tr.FirstChild; td != nil; td = td.NextSibling {
+				blocks := 0
 				for c := td.FirstChild; c != nil; c = c.NextSibling {
 					if seen++; seen > 2000 {
 						return false
 					}
 					switch c.DataAtom {
-					case atom.P, atom.Div, atom.Table, atom.Ul, atom.Ol, atom.H1, atom.H2, atom.H3,
-						atom.H4, atom.H5, atom.H6, atom.Pre, atom.Blockquote, atom.Form, atom.Section,
-						atom.Article, atom.Nav, atom.Header, atom.Footer, atom.Main, atom.Dl:
+					case atom.H1, atom.H2, atom.H3, atom.H4, atom.H5, atom.H6, atom.Table,
+						atom.Form, atom.Section, atom.Article, atom.Nav, atom.Header,
+						atom.Footer, atom.Main, atom.Aside:
 						return true
+					case atom.P, atom.Div, atom.Ul, atom.Ol, atom.Dl, atom.Pre, atom.Blockquote:
+						if blocks++; blocks > 1 {
+							return true
+						}
 					}
 				}
 			}
@@ -591,7 +597,7 @@ func (wk *walker) exit() {
 				w.literal("|" + strings.Repeat(" --- |", t.cols))
 			}
 		} else {
-			w.literal(string(content))
+			w.literal(string(bytes.TrimSpace(content)))
 		}
 		t.rows++
 		w.block(1)

@@ -346,14 +346,15 @@ func scanSel(s string, c byte) int {
 			i += j + 1
 		case '\\':
 			i++
+		case c:
+			if depth <= 0 {
+				return i
+			}
+			depth--
 		case '(', '[':
 			depth++
 		case ')', ']':
 			depth--
-		default:
-			if s[i] == c && depth <= 0 {
-				return i
-			}
 		}
 	}
 	return len(s)
@@ -369,6 +370,18 @@ func ident(s string, i int) (string, int) {
 	for j < len(s) && isIdentByte(s[j]) {
 		if s[j] == '\\' && j+1 < len(s) {
 			j++
+			if isHex(s[j]) {
+				// \68 or \000068, then one optional white space
+				k := j
+				for k < len(s) && k < j+6 && isHex(s[k]) {
+					k++
+				}
+				j = k
+				if j < len(s) && (s[j] == ' ' || s[j] == '\t' || s[j] == '\n') {
+					j++
+				}
+				continue
+			}
 		}
 		j++
 	}
@@ -387,15 +400,16 @@ func parseSelector(sel string) (comps []compound, combs []byte, ok bool) {
 	has := false
 	comb := byte(0)
 	push := func() {
-		if has {
-			if len(comps) > 0 {
-				if comb == 0 {
-					comb = ' '
-				}
-				combs = append(combs, comb)
-			}
-			comps = append(comps, cur)
+		if !has {
+			return
 		}
+		if len(comps) > 0 {
+			if comb == 0 {
+				comb = ' '
+			}
+			combs = append(combs, comb)
+		}
+		comps = append(comps, cur)
 		cur, has, comb = compound{}, false, 0
 	}
 	for i := 0; i < len(sel); {

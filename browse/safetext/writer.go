@@ -70,7 +70,7 @@ func (w *writer) block(n int) {
 // br is a line break (<br>): two in a row make a blank line.
 func (w *writer) br() {
 	if w.pre {
-		w.put('\n')
+		w.put('\n', -1)
 		return
 	}
 	if w.inline > 0 {
@@ -122,24 +122,35 @@ func (w *writer) flush() {
 	w.nl, w.space = 0, false
 }
 
-// put writes one ASCII content byte.
-func (w *writer) put(c byte) {
+// put writes one ASCII content byte. next is the byte after it in the
+// text, or -1 when unknown; it decides escapes that depend on what follows.
+func (w *writer) put(c byte, next int) {
 	if w.pend {
 		w.flush()
 	}
 	if w.md && !w.raw {
-		if w.lineStart {
-			if mdLineStart[c] {
-				w.buf = append(w.buf, '\\')
+		esc := mdEscape[c]
+		boundary := next < 0 || next < 0x80 && asciiSpace[next]
+		switch {
+		case w.lineStart:
+			// "# x", "- x", "+ x", "---", "===" would start a block.
+			if mdLineStart[c] && (boundary || next == int(c)) {
+				esc = true
 			}
 			w.digits = c >= '0' && c <= '9'
-		} else if w.digits {
-			if c == '.' || c == ')' {
-				w.buf = append(w.buf, '\\')
+		case w.digits:
+			// "1. x", "1) x" would start a list.
+			if (c == '.' || c == ')') && boundary {
+				esc = true
 			}
 			w.digits = c >= '0' && c <= '9'
 		}
-		if mdEscape[c] {
+		// An underscore inside a word cannot start emphasis.
+		if c == '_' && next >= 0 && next < 0x80 && isAlnum(byte(next)) &&
+			len(w.buf) > 0 && isAlnum(w.buf[len(w.buf)-1]) && !w.lineStart {
+			esc = false
+		}
+		if esc {
 			w.buf = append(w.buf, '\\')
 		}
 	}
@@ -211,12 +222,12 @@ func (w *writer) text(s string) {
 				if w.pre {
 					switch c {
 					case '\n':
-						w.put('\n')
+						w.put('\n', -1)
 					case '\t':
-						w.put('\t')
+						w.put('\t', -1)
 					case '\r':
 					default:
-						w.put(' ')
+						w.put(' ', -1)
 					}
 				} else {
 					w.space, w.pend = true, true
@@ -238,10 +249,10 @@ func (w *writer) text(s string) {
 					j++
 				}
 			}
-			w.put(c)
+			w.put(c, nextByte(s, i))
 			if w.digits {
 				for ; i < j; i++ {
-					w.put(s[i])
+					w.put(s[i], nextByte(s, i+1))
 				}
 			} else {
 				w.buf = append(w.buf, s[i:j]...)
@@ -263,9 +274,9 @@ func (w *writer) text(s string) {
 			w.marks = 0
 			switch {
 			case w.pre && (r == 0x2028 || r == 0x2029 || r == 0x85):
-				w.put('\n')
+				w.put('\n', -1)
 			case w.pre:
-				w.put(' ')
+				w.put(' ', -1)
 			default:
 				w.space, w.pend = true, true
 			}
@@ -283,6 +294,14 @@ func (w *writer) text(s string) {
 	if len(w.buf) > w.limit {
 		w.full = true
 	}
+}
+
+// nextByte returns s[i], or -1 past the end.
+func nextByte(s string, i int) int {
+	if i < len(s) {
+		return int(s[i])
+	}
+	return -1
 }
 
 // beginCapture redirects output to a fresh buffer.
