@@ -112,7 +112,7 @@ func builtinSpecs() []spec {
 			re: `SG\.[0-9A-Za-z_-]{22}\.[0-9A-Za-z_-]{43}\b`},
 
 		// AI providers.
-		{typ: "openai_api_key", kw: []string{"T3BlbkFJ"}, cs: true,
+		{typ: "openai_api_key", kw: []string{"T3BlbkFJ"}, cs: true, before: 3 + 11 + 200, after: 200,
 			re: `\bsk-(?:[a-z]{1,10}-)?[A-Za-z0-9_-]{20,200}T3BlbkFJ[A-Za-z0-9_-]{20,200}`},
 		{typ: "openai_api_key", kw: []string{"sk-proj-", "sk-svcacct-", "sk-admin-"}, cs: true, anchored: true, wordStart: true,
 			re: `sk-(?:proj|svcacct|admin)-[A-Za-z0-9_-]{40,250}`},

@@ -2,6 +2,8 @@ package redact
 
 import (
 	"encoding/json"
+	"os"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -232,4 +234,17 @@ func quoteClip(s string) string {
 func itoa(i int) string {
 	b, _ := json.Marshal(i)
 	return string(b)
+}
+
+// The package doc names every type.
+func TestDocListsTypes(t *testing.T) {
+	doc, err := os.ReadFile("doc.go")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, ty := range Default().Types() {
+		if !regexp.MustCompile(`\b` + ty + `\b`).Match(doc) {
+			t.Errorf("doc.go does not mention %s", ty)
+		}
+	}
 }

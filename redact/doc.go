@@ -1,0 +1,90 @@
+// Package redact finds secrets in text and replaces each with
+// [REDACTED:<type>], counting redactions per type. Nothing sandboxd returns
+// to an agent (process output, fetched pages, logs) may carry a secret.
+//
+// # How it works
+//
+// Every rule has keywords, a regular expression (Go RE2) and optional
+// checks. One pass of an Aho–Corasick automaton (a DFA over byte classes,
+// ASCII case folded) finds the keywords; only around a keyword occurrence
+// does a rule's regex run, in a window bounded by how far the rule's matches
+// can reach before and after the keyword, and a match counts only if it
+// contains that occurrence. Clean text therefore costs about one table
+// lookup per byte. Overlapping matches are united and named after the most
+// specific rule (private keys, then provider formats, then extra rules,
+// JWTs, URLs, headers, and name = value assignments last). Matches are
+// confined to their windows: results depend only on the text near each
+// keyword, which is what makes streaming exact.
+//
+// # Types
+//
+// Cloud: aws_access_key_id (AKIA/ASIA/ABIA/ACCA + 16, not AWS's documented
+// example), aws_secret_access_key (40 characters assigned to
+// aws_secret_access_key / SecretAccessKey), aws_session_token,
+// google_api_key (AIza), google_oauth_client_secret (GOCSPX-),
+// google_oauth_access_token (ya29.), azure_storage_key (AccountKey=),
+// azure_sas_token (sig=), azure_client_secret (…Q~…).
+//
+// Code hosts: github_pat (ghp_), github_oauth_token (gho_), github_app_token
+// (ghu_, ghs_), github_refresh_token (ghr_), github_fine_grained_pat
+// (github_pat_), gitlab_pat (glpat-), gitlab_token (gldt-, glrt-, glptt-, …).
+//
+// Chat and payments: slack_token (xoxb-, xoxp-, …), slack_app_token (xapp-),
+// slack_webhook (hooks.slack.com/services/…), discord_webhook,
+// telegram_bot_token, stripe_secret_key (sk_live_, sk_test_; publishable
+// pk_ keys are left alone), stripe_restricted_key (rk_), stripe_webhook_secret
+// (whsec_), twilio_api_key (SK + 32 hex), sendgrid_api_key (SG.).
+//
+// AI providers: openai_api_key (sk-proj-/sk-svcacct-/sk-admin-, or T3BlbkFJ
+// inside), anthropic_api_key (sk-ant-), huggingface_token (hf_), groq_api_key
+// (gsk_), xai_api_key (xai-), replicate_api_token (r8_), perplexity_api_key
+// (pplx-).
+//
+// Platforms: npm_token (npm_), pypi_token (pypi-AgEIcHlwaS5vcmc),
+// digitalocean_token (dop_v1_), vault_token (hvs.), age_secret_key
+// (AGE-SECRET-KEY-1), shopify_token (shpat_), databricks_token (dapi),
+// postman_api_key (PMAK-), linear_api_key (lin_api_), grafana_token (glsa_,
+// glc_), newrelic_api_key (NRAK-), doppler_token (dp.pt.), sentry_token
+// (sntrys_), pulumi_access_token (pul-), heroku_api_key (HRKU-),
+// terraform_cloud_token (….atlasv1.…).
+//
+// Any issuer: jwt (eyJ….….…); private_key (PEM "BEGIN … PRIVATE KEY"
+// blocks, also JSON-escaped and base64-encoded as in kubeconfig files),
+// openssh_private_key, pgp_private_key; authorization_header (the credential
+// of an Authorization header, any scheme), bearer_token (bare "Bearer x",
+// "Token x"), basic_auth (bare "Basic base64(user:password)");
+// db_url_password (postgres, mysql, mongodb(+srv), redis, amqp, … URLs) and
+// url_password (any other scheme://user:password@): the password only;
+// password (password/passwd/passphrase/pass = value, "--password value",
+// <password>value</password>: the value only) and generic_secret (secret,
+// token, api_key, access_key, private_key, client_secret, … = a long,
+// high-entropy value with letters and digits).
+//
+// The assignment and URL rules skip placeholders and references: password,
+// changeme, runs of * or x, <...>, ${VAR}, $VAR, {{...}}, %(name)s,
+// ENV_VAR_NAMES, values containing example/sample/dummy/placeholder/your_,
+// expressions (calls, indexing, dotted names), variables named like
+// credentials, documentation hosts (example.com), and already redacted text
+// (redacting twice changes nothing).
+//
+// Extra rules (Rule, e.g. from an exec profile) are added with New; each
+// needs a type, keywords and a regex, and may redact only a capture group
+// (secret_group) or require a minimum entropy (min_entropy).
+//
+// # Streaming
+//
+// Writer redacts a stream as it is written, with the same result as
+// Redactor.Bytes on the whole stream whatever the write boundaries. It holds
+// back text that could still become part of a secret, never more than
+// Redactor.HoldBack bytes: for the built-in rules about 17 KB, set by
+// KeyBlockCap (16 KiB), the longest private key block searched for its END
+// line, and otherwise a few hundred bytes; an extra rule adds up to
+// 2*MaxRuleSpan plus its keyword. Text that cannot be part of a secret is
+// written at once. Limits: a private key block is redacted up to
+// KeyBlockCap after its BEGIN line (a longer one only that far); JWTs,
+// bearer credentials and base64-encoded keys up to 16 KiB; a chain of
+// overlapping secrets longer than 1 MiB is cut (each part still redacted).
+//
+// NewHandler wraps a slog.Handler so that log messages and attribute values
+// are redacted too.
+package redact
