@@ -32,6 +32,10 @@ type Error struct {
 	Budget string   `json:"budget,omitempty"`
 	Limit  *float64 `json:"limit,omitempty"`
 	Used   *float64 `json:"used,omitempty"`
+	// ContentType and Size describe content /fetch refused
+	// (UNSUPPORTED_CONTENT); Size is -1 when unknown.
+	ContentType string `json:"content_type,omitempty"`
+	Size        *int64 `json:"size,omitempty"`
 }
 
 func (e *Error) Error() string {

@@ -75,6 +75,9 @@ type ExecResponse struct {
 	// its version (each decision's version is in the egress log).
 	Egress *ProfileRef `json:"egress,omitempty"`
 	Image  string      `json:"image"`
+	// Redactions counts the secrets removed from stdout, stderr and
+	// returned text files, by type.
+	Redactions map[string]int `json:"redactions"`
 }
 
 // Usage is the resource use the launcher measured.
@@ -324,6 +327,7 @@ func (s *Server) buildSpec(req *ExecRequest) (*runner.Spec, error) {
 		ID:      runner.NewExecID(),
 		Profile: prof,
 		Limits:  limits,
+		Redact:  s.execRedactor(prof),
 		Job: jobproto.Job{
 			Code:             []byte(*req.Code),
 			Stdin:            []byte(req.Stdin),
@@ -470,6 +474,10 @@ func toResponse(spec *runner.Spec, res *runner.Result) *ExecResponse {
 		Limits:          spec.Limits,
 		Profile:         ProfileRef{Name: spec.Profile.Name, Version: spec.Profile.Version},
 		Image:           res.ImageID,
+		Redactions:      res.Redactions,
+	}
+	if r.Redactions == nil {
+		r.Redactions = map[string]int{}
 	}
 	r.Stdout, r.StdoutBase64 = textOf(res.Stdout, res.StdoutTruncated)
 	r.Stderr, r.StderrBase64 = textOf(res.Stderr, res.StderrTruncated)

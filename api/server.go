@@ -22,9 +22,12 @@ import (
 
 	"github.com/sandboxd/sandboxd/admit"
 	"github.com/sandboxd/sandboxd/auth"
+	"github.com/sandboxd/sandboxd/browse"
+	"github.com/sandboxd/sandboxd/capture"
 	"github.com/sandboxd/sandboxd/egress"
 	"github.com/sandboxd/sandboxd/egress/approval"
 	"github.com/sandboxd/sandboxd/profiles"
+	"github.com/sandboxd/sandboxd/redact"
 	"github.com/sandboxd/sandboxd/runner"
 )
 
@@ -61,6 +64,12 @@ type Config struct {
 	// Approvals holds the egress approvals (approvals.go), shared with the
 	// egress proxy's Checker; nil: a service on Control's store.
 	Approvals *approval.Service
+	// Fetcher fetches for POST /fetch; nil: one with a Checker on Resolver
+	// and Approvals.
+	Fetcher *browse.Fetcher
+	// Captures stores fetch captures; nil: a capture.FS under
+	// DataDir/captures.
+	Captures capture.Store
 }
 
 // Server serves the HTTP API.
@@ -71,6 +80,11 @@ type Server struct {
 	ctl  *control
 
 	approvals *approval.Service
+	fetcher   *browse.Fetcher
+	captures  capture.Store
+
+	redactMu  sync.Mutex
+	redactors map[string]*redact.Redactor // by egress profile version
 
 	// runCtx is the parent of every run; cancelling it kills running code.
 	runCtx    context.Context
@@ -91,6 +105,7 @@ func New(cfg Config) *Server {
 	e.HTTPErrorHandler = s.errorHandler
 	s.initControl()
 	s.initApprovals()
+	s.initFetch()
 	e.Use(s.requestID, s.observe, s.accessLog, s.recoverPanic)
 
 	e.GET("/healthz", s.healthz)
@@ -99,6 +114,7 @@ func New(cfg Config) *Server {
 	s.egressRoutes(e)
 	s.controlRoutes(e)
 	s.approvalRoutes(e)
+	s.fetchRoutes(e)
 	s.echo = e
 	return s
 }

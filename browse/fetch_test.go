@@ -164,7 +164,7 @@ func TestFetchDenied(t *testing.T) {
 		{u.url("meta.test", "/"), CodeDenied},                          // no rule before the lookup
 		{"http://169.254.169.254/latest/meta-data/", CodeDenied},       // metadata address
 		{"http://127.0.0.1:" + strconv.Itoa(u.port) + "/", CodeDenied}, // IP literal: no rule names it
-		{"file:///etc/passwd", CodeDenied}, // scheme: policy
+		{"file:///etc/passwd", CodeDenied},                             // scheme: policy
 		{"http://user:pw@pages.test/", CodeBadURL},
 		{"gopher://pages.test/", CodeDenied},
 		{"http://pages.test\\@evil.test/", CodeBadURL},

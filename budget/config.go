@@ -41,6 +41,9 @@ type Limits struct {
 	LoopRepeats int `yaml:"loop_repeats"`
 	// Session limits apply to each X-Session-Id of the tenant.
 	Session SessionLimits `yaml:"session"`
+	// FetchProfile is the egress profile POST /fetch uses when a request
+	// names none; empty: the request must name one.
+	FetchProfile string `yaml:"fetch_profile"`
 }
 
 // SessionLimits are the budgets of one agent session. Zero means no limit.
@@ -83,6 +86,8 @@ func (l *Limits) burst(perMinute float64) float64 {
 }
 
 var tenantName = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._@-]{0,63}$`)
+
+var profileName = regexp.MustCompile(`^[a-z0-9][a-z0-9-]{0,62}$`)
 
 var lineRe = regexp.MustCompile(`line (\d+): (.*)`)
 
@@ -209,6 +214,9 @@ func decodeLimits(file string, n *yaml.Node, l *Limits) error {
 			return &yamlfile.Error{File: file, Line: n.Line, Msg: c.name + " is negative; use 0 for no limit"}
 		}
 	}
+	if l.FetchProfile != "" && !profileName.MatchString(l.FetchProfile) {
+		return &yamlfile.Error{File: file, Line: n.Line, Msg: fmt.Sprintf("fetch_profile %q is not an egress profile name (1-63 of a-z, 0-9 and '-')", l.FetchProfile)}
+	}
 	if l.LoopRepeats == 1 || l.LoopRepeats < 0 {
 		return &yamlfile.Error{File: file, Line: n.Line, Msg: fmt.Sprintf("loop_repeats is %d; use 0 to turn the loop guard off, or 2 or more", l.LoopRepeats)}
 	}
@@ -216,7 +224,7 @@ func decodeLimits(file string, n *yaml.Node, l *Limits) error {
 }
 
 var knownFields = func() []string {
-	f := []string{"exec_per_minute", "fetch_per_minute", "burst", "concurrent_execs", "daily_cpu_seconds", "daily_fetch_bytes", "loop_repeats",
+	f := []string{"exec_per_minute", "fetch_per_minute", "burst", "concurrent_execs", "daily_cpu_seconds", "daily_fetch_bytes", "loop_repeats", "fetch_profile",
 		"session (max_execs, cpu_seconds, wall_seconds, fetch_bytes)"}
 	sort.Strings(f)
 	return f

@@ -23,6 +23,7 @@ import (
 	"time"
 
 	"github.com/sandboxd/sandboxd/egress/hostmatch"
+	"github.com/sandboxd/sandboxd/redact"
 )
 
 // Mode says what a profile does with a request its rules deny.
@@ -90,6 +91,9 @@ type Profile struct {
 	TotalTimeout time.Duration `yaml:"total_timeout"`
 	// RequestsPerMinute caps requests (and tunnels) per client.
 	RequestsPerMinute int `yaml:"requests_per_minute"`
+	// Redact adds secret patterns to the built-in ones for what POST /fetch
+	// returns under this profile (redact.Rule: type, keywords, regex).
+	Redact []redact.Rule `yaml:"redact"`
 
 	// Version is the sha256 (hex) of the normalised profile; set by Compile.
 	Version string `yaml:"-"`
@@ -247,6 +251,11 @@ func (p *Profile) Compile() error {
 		c.cidrs = append(c.cidrs, pfx)
 		p.AllowCIDRs[i] = pfx.String()
 	}
+	for i, r := range p.Redact {
+		if err := r.Validate(); err != nil {
+			return fieldErr(fmt.Sprintf("redact[%d]", i), "%v", err)
+		}
+	}
 	if v := p.MaxResponseBytes; v < MinResponseBytes || v > MaxResponseBytes {
 		return fieldErr("max_response_bytes", "max_response_bytes is %d; allowed is %d to %d (1 GiB)", v, MinResponseBytes, MaxResponseBytes)
 	}
@@ -376,6 +385,7 @@ type profileCanon struct {
 	ConnectTimeout    time.Duration `json:"connect_timeout_ns"`
 	TotalTimeout      time.Duration `json:"total_timeout_ns"`
 	RequestsPerMinute int           `json:"requests_per_minute"`
+	Redact            []redact.Rule `json:"redact"`
 	Version           string        `json:"-"`
 	Source            string        `json:"-"`
 	compiled          *compiled

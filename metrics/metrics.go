@@ -38,6 +38,14 @@ type Metrics struct {
 	Requests *prometheus.CounterVec
 	// Cancels counts execs stopped by DELETE /exec/{id} or a freeze.
 	Cancels *prometheus.CounterVec
+	// Fetches counts POST /fetch outcomes by egress profile and outcome
+	// (ok, egress_denied, upstream_timeout, upstream_error, too_large,
+	// unsupported_content, validation, failed).
+	Fetches *prometheus.CounterVec
+	// FetchSeconds is the time a fetch spent upstream (every hop).
+	FetchSeconds prometheus.Histogram
+	// Redactions counts secrets removed from what was returned, by type.
+	Redactions *prometheus.CounterVec
 }
 
 // Buckets for exec latencies: 5 ms to about 80 s.
@@ -73,8 +81,18 @@ func New() *Metrics {
 		Cancels: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "sandboxd_exec_cancels_total", Help: "Execs stopped from outside, by reason (delete, freeze).",
 		}, []string{"reason"}),
+		Fetches: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "sandboxd_fetches_total", Help: "POST /fetch outcomes by egress profile and outcome (ok or the error code in lower case).",
+		}, []string{"profile", "outcome"}),
+		FetchSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name: "sandboxd_fetch_upstream_seconds", Help: "Time a fetch spent upstream, every hop included.", Buckets: latencyBuckets,
+		}),
+		Redactions: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "sandboxd_redactions_total", Help: "Secrets removed from what sandboxd returned (fetched text, exec output), by secret type.",
+		}, []string{"type"}),
 	}
 	r.MustRegister(m.Execs, m.QueueSeconds, m.StartSeconds, m.RunSeconds, m.Refusals, m.IdempotentReplays, m.Requests, m.Cancels,
+		m.Fetches, m.FetchSeconds, m.Redactions,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }

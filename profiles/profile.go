@@ -3,6 +3,8 @@
 // name (profiles/seccomp/*.json).
 package profiles
 
+import "github.com/sandboxd/sandboxd/redact"
+
 // Limits are the resource ceilings of an exec job class. A request may lower
 // any of them, never raise them.
 type Limits struct {
@@ -60,6 +62,9 @@ type Exec struct {
 	// Preload lists Python modules the waiting interpreter of a pooled
 	// sandbox imports before the job arrives, e.g. [numpy, pandas].
 	Preload []string `yaml:"preload"`
+	// Redact adds secret patterns to the built-in ones for what an exec
+	// returns under this profile (stdout, stderr, returned text files).
+	Redact []redact.Rule `yaml:"redact"`
 
 	// Version is the sha256 (hex) of the profile's normalised content,
 	// including the seccomp filter it names. Set by the loader.

@@ -660,9 +660,12 @@ func TestVersionCoversEveryField(t *testing.T) {
 			case reflect.Float64:
 				fv.SetFloat(fv.Float() + 0.5)
 			case reflect.Slice:
-				if fv.Type().Elem().Kind() == reflect.String {
+				switch fv.Type().Elem().Kind() {
+				case reflect.String:
 					fv.Set(reflect.Append(reflect.MakeSlice(fv.Type(), 0, fv.Len()+1), reflect.ValueOf("x")))
-				} else {
+				case reflect.Struct:
+					fv.Set(reflect.Append(reflect.MakeSlice(fv.Type(), 0, fv.Len()+1), reflect.New(fv.Type().Elem()).Elem()))
+				default:
 					fv.SetBytes(append([]byte(nil), append(fv.Bytes(), ' ')...))
 				}
 			default:

@@ -174,6 +174,11 @@ func validate(e *Exec, d *decoder, fileName string) error {
 			return d.errf(line(fmt.Sprintf("preload[%d]", i)), "preload[%d] %q is not a Python module name; write dotted identifiers such as numpy or matplotlib.pyplot", i, m)
 		}
 	}
+	for i, r := range e.Redact {
+		if err := r.Validate(); err != nil {
+			return d.errf(line(fmt.Sprintf("redact[%d]", i)), "redact[%d]: %v", i, err)
+		}
+	}
 	if c := e.Limits.CPUs; !(c > 0 && c <= maxCPUs) {
 		return d.errf(line("limits.cpus"), "limits.cpus is %s; allowed is more than 0 and at most %d (fractions such as 0.5 are allowed)", strconv.FormatFloat(c, 'g', -1, 64), maxCPUs)
 	}

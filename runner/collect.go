@@ -5,18 +5,24 @@ import (
 	"fmt"
 	"io"
 	"time"
+	"unicode/utf8"
 
 	"github.com/sandboxd/sandboxd/jobproto"
+	"github.com/sandboxd/sandboxd/redact"
 )
 
 // collector reads the launcher's frames and holds what they carried, never
 // more than the job's caps: a launcher that breaks the protocol or sends
 // more than it may is cut off.
 type collector struct {
-	job            *jobproto.Job
-	stdout, stderr []byte
-	outTrunc       bool
-	errTrunc       bool
+	job *jobproto.Job
+	// stdout and stderr receive the streams, through a redactor when the
+	// spec has one; out and errs hold what is returned, capped.
+	stdout, stderr io.Writer
+	out, errs      cappedBuffer
+	redactors      []*redact.Writer
+	redact         *redact.Redactor
+	finished       bool
 	files          []OutFile
 	skipped        []jobproto.Skipped
 	fileBytes      int64
@@ -27,7 +33,28 @@ type collector struct {
 }
 
 func newCollector(spec *Spec) *collector {
-	return &collector{job: &spec.Job, started: make(chan struct{})}
+	c := &collector{job: &spec.Job, started: make(chan struct{}), redact: spec.Redact}
+	c.out.limit, c.errs.limit = spec.Job.OutputBytes, spec.Job.OutputBytes
+	c.stdout, c.stderr = &c.out, &c.errs
+	if spec.Redact != nil {
+		ow, ew := spec.Redact.NewWriter(&c.out), spec.Redact.NewWriter(&c.errs)
+		c.stdout, c.stderr = ow, ew
+		c.redactors = []*redact.Writer{ow, ew}
+	}
+	return c
+}
+
+// cappedBuffer keeps the first limit bytes written to it and notes that
+// there were more. It never fails a write.
+type cappedBuffer struct {
+	buf   []byte
+	limit int64
+	trunc bool
+}
+
+func (b *cappedBuffer) Write(p []byte) (int, error) {
+	b.buf, b.trunc = appendCapped(b.buf, p, b.limit, b.trunc)
+	return len(p), nil
 }
 
 // frameOverhead bounds the bytes of headers the launcher may add per entry.
@@ -59,9 +86,9 @@ func (c *collector) read(r io.Reader) error {
 				close(c.started)
 			}
 		case jobproto.TypeStdout:
-			c.stdout, c.outTrunc = appendCapped(c.stdout, p, c.job.OutputBytes, c.outTrunc)
+			_, _ = c.stdout.Write(p)
 		case jobproto.TypeStderr:
-			c.stderr, c.errTrunc = appendCapped(c.stderr, p, c.job.OutputBytes, c.errTrunc)
+			_, _ = c.stderr.Write(p)
 		case jobproto.TypeFile:
 			h, content, err := jobproto.DecodeFile(p)
 			if err != nil {
@@ -107,15 +134,39 @@ func appendCapped(dst, p []byte, limit int64, trunc bool) ([]byte, bool) {
 	return append(dst, p...), trunc
 }
 
+// finish flushes the redactors' held-back tails; the streams end here.
+func (c *collector) finish() map[string]int {
+	counts := redact.Counts{}
+	if c.finished || c.redact == nil {
+		return counts
+	}
+	c.finished = true
+	for _, w := range c.redactors {
+		_ = w.Close()
+		counts.Add(w.Counts())
+	}
+	for i, f := range c.files {
+		if !utf8.Valid(f.Content) {
+			continue // binary files are returned as they are
+		}
+		out, n := c.redact.Bytes(f.Content)
+		c.files[i].Content = out
+		counts.Add(n)
+	}
+	return counts
+}
+
 func (c *collector) result(imageID string) *Result {
 	e := c.exit
+	counts := c.finish()
 	return &Result{
+		Redactions:      counts,
 		ExitCode:        e.ExitCode,
 		Signal:          e.Signal,
-		Stdout:          c.stdout,
-		Stderr:          c.stderr,
-		StdoutTruncated: c.outTrunc || e.StdoutTruncated,
-		StderrTruncated: c.errTrunc || e.StderrTruncated,
+		Stdout:          c.out.buf,
+		Stderr:          c.errs.buf,
+		StdoutTruncated: c.out.trunc || e.StdoutTruncated,
+		StderrTruncated: c.errs.trunc || e.StderrTruncated,
 		Duration:        time.Duration(e.DurationMS) * time.Millisecond,
 		UserCPU:         time.Duration(e.UserCPUMS) * time.Millisecond,
 		SysCPU:          time.Duration(e.SysCPUMS) * time.Millisecond,

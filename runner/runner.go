@@ -24,6 +24,7 @@ import (
 
 	"github.com/sandboxd/sandboxd/jobproto"
 	"github.com/sandboxd/sandboxd/profiles"
+	"github.com/sandboxd/sandboxd/redact"
 )
 
 // Labels on every container sandboxd creates.
@@ -64,6 +65,10 @@ type Spec struct {
 	// Limits are the effective limits: the profile's, lowered by the request.
 	Limits profiles.Limits
 	Job    jobproto.Job
+	// Redact, when set, removes secrets from stdout and stderr as they are
+	// read (a secret split across frames included) and from returned text
+	// files. The caps apply to the redacted output.
+	Redact *redact.Redactor
 }
 
 // OutFile is a file the code left under /sandbox/out.
@@ -89,6 +94,8 @@ type Result struct {
 	ImageID         string
 	// Message explains a status the exit code does not (timeout, oom, killed).
 	Message string
+	// Redactions counts secrets removed, by type (Spec.Redact).
+	Redactions map[string]int
 }
 
 // Error kinds returned by Run, so callers can map them to responses.

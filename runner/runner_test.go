@@ -133,8 +133,8 @@ func TestCollectorHoldsCapsAgainstAHostileLauncher(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if string(c.stdout) != "abcde" || !c.outTrunc || string(c.stderr) != "12345" || !c.errTrunc {
-		t.Fatalf("stdout %q %v stderr %q %v", c.stdout, c.outTrunc, c.stderr, c.errTrunc)
+	if string(c.out.buf) != "abcde" || !c.out.trunc || string(c.errs.buf) != "12345" || !c.errs.trunc {
+		t.Fatalf("stdout %q %v stderr %q %v", c.out.buf, c.out.trunc, c.errs.buf, c.errs.trunc)
 	}
 	if len(c.files) != 2 || c.files[0].Path != "a" || c.files[1].Path != "b" {
 		t.Fatalf("files %+v", c.files)

@@ -15,6 +15,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/netip"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -28,9 +29,11 @@ import (
 	"github.com/sandboxd/sandboxd/admit"
 	"github.com/sandboxd/sandboxd/api"
 	"github.com/sandboxd/sandboxd/auth"
+	"github.com/sandboxd/sandboxd/browse"
 	"github.com/sandboxd/sandboxd/egress"
 	"github.com/sandboxd/sandboxd/egress/approval"
 	"github.com/sandboxd/sandboxd/profiles"
+	"github.com/sandboxd/sandboxd/redact"
 	"github.com/sandboxd/sandboxd/runner"
 )
 
@@ -223,6 +226,8 @@ func serve(args []string, stderr io.Writer) int {
 }
 
 func serveWith(cfg *serveConfig, log *slog.Logger, console io.Writer) error {
+	// Every log line goes through the redactor: no secret reaches the log.
+	log = slog.New(redact.NewHandler(log.Handler(), redact.Default()))
 	set, err := profiles.Load(cfg.profilesDir)
 	if err != nil {
 		return fmt.Errorf("loading profiles: %w", err)
@@ -307,6 +312,10 @@ func serveWith(cfg *serveConfig, log *slog.Logger, console io.Writer) error {
 	})
 	go rl.run(reloadCtx, cfg.profilesPoll, hup)
 
+	// POST /fetch decides with its own checker, which knows the API's
+	// address (added once listening), so a fetch cannot loop back into
+	// sandboxd.
+	fetchChecker := &egress.Checker{Resolver: resolver, Approvals: approvals}
 	srv := api.New(api.Config{
 		DataDir:         dataDir,
 		Profiles:        set,
@@ -319,10 +328,14 @@ func serveWith(cfg *serveConfig, log *slog.Logger, console io.Writer) error {
 		Version:         version,
 		Control:         ctl,
 		Approvals:       approvals,
+		Fetcher:         &browse.Fetcher{Checker: fetchChecker, Log: log, UserAgent: "sandboxd/" + version},
 	})
 	ln, err := net.Listen("tcp", cfg.addr)
 	if err != nil {
 		return fmt.Errorf("listening on %s: %w", cfg.addr, err)
+	}
+	if ap, err := netip.ParseAddrPort(ln.Addr().String()); err == nil {
+		fetchChecker.AddSelf(ap)
 	}
 	hs := &http.Server{
 		Handler:           srv.Handler(),
