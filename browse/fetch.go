@@ -495,7 +495,7 @@ func decode(encoding string, raw []byte, capBytes int64, cut bool) (body []byte,
 		}
 	}
 	if len(codings) == 0 {
-		return raw, false, nil
+		return raw, int64(len(raw)) > capBytes, nil
 	}
 	if len(codings) > maxEncodings {
 		return nil, false, fmt.Errorf("%d stacked content encodings (%s); at most %d are accepted", len(codings), encoding, maxEncodings)
