@@ -8,7 +8,6 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
-	"unicode/utf8"
 )
 
 // Clean real text: the Go standard library's sources (not its tests, which
@@ -40,9 +39,9 @@ func isDocText(p string) bool {
 
 // sampleFiles reads about limit bytes of the files under root that keep
 // accepts, spread over the whole tree (every k-th file in lexical order);
-// limit 0 reads them all. Binary files are skipped.
-func sampleFiles(tb testing.TB, root string, keep func(string) bool, limit int64) []textFile {
-	tb.Helper()
+// limit 0 reads them all. Binary files are skipped; none at all (nil) when
+// root is missing.
+func sampleFiles(root string, keep func(string) bool, limit int64) []textFile {
 	type entry struct {
 		path string
 		size int64
@@ -60,7 +59,7 @@ func sampleFiles(tb testing.TB, root string, keep func(string) bool, limit int64
 		return nil
 	})
 	if err != nil || len(all) == 0 {
-		tb.Skipf("no files under %s: %v", root, err)
+		return nil
 	}
 	step := 1
 	if limit > 0 && total > limit {
@@ -69,7 +68,7 @@ func sampleFiles(tb testing.TB, root string, keep func(string) bool, limit int64
 	var out []textFile
 	for i := 0; i < len(all); i += step {
 		b, err := os.ReadFile(all[i].path)
-		if err != nil || bytes.IndexByte(b, 0) >= 0 || !utf8.Valid(b[:min(len(b), 4096)]) && !utf8.Valid(b) {
+		if err != nil || bytes.IndexByte(b, 0) >= 0 {
 			continue
 		}
 		out = append(out, textFile{all[i].path, b})
@@ -120,7 +119,10 @@ func TestCleanTextFalsePositives(t *testing.T) {
 		}, 4},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			files := sampleFiles(t, tc.root, tc.keep, limit)
+			files := sampleFiles(tc.root, tc.keep, limit)
+			if len(files) == 0 {
+				t.Skipf("no files under %s on this machine", tc.root)
+			}
 			var n int64
 			var found []string
 			for _, f := range files {
@@ -156,7 +158,7 @@ func TestCleanTextFalsePositives(t *testing.T) {
 func TestCleanTextStream(t *testing.T) {
 	r := Default()
 	var text []byte
-	for _, f := range sampleFiles(t, goSrc, isGoSource, 1<<20) {
+	for _, f := range sampleFiles(goSrc, isGoSource, 1<<20) {
 		text = append(text, f.data...)
 	}
 	for _, s := range corpus {
