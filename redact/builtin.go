@@ -190,6 +190,10 @@ func builtinSpecs() []spec {
 		{typ: "basic_auth", kw: []string{"basic"}, anchored: true, wordStart: true, prio: prioHeader,
 			re: `(?i)basic[ \t]{1,4}([A-Za-z0-9+/]{6,1000}={0,2})(?:[^A-Za-z0-9+/=]|$)`, group: 1, check: basicCredential},
 
+		// ~/.docker/config.json: "auth": "base64(user:password)".
+		{typ: "basic_auth", kw: []string{`"auth"`}, anchored: true, prio: prioHeader,
+			re: `"auth"[ \t]{0,4}:[ \t]{0,4}"([A-Za-z0-9+/]{6,1000}={0,2})"`, group: 1, check: basicCredential},
+
 		// name = value assignments.
 		{typ: "password", kw: []string{"password", "passwd", "passphrase", "pass"}, anchored: true, prio: prioGeneric, before: 2, after: assignAfter,
 			re:  `(?i)(?:password|passwd|passphrase|pass)` + assignValue,

@@ -175,6 +175,7 @@ func buildCorpus() []sample {
 		{"bearer_token", `requests.get(url, headers={"X-Auth": "Bearer `, rnd(alnum, 48), `"})`},
 		{"bearer_token", "use header value Token ", rnd(hexd, 40), " for the API"},
 		{"basic_auth", "Proxy: Basic ", base64.StdEncoding.EncodeToString([]byte("svc:" + pw())), "\n"},
+		{"basic_auth", `{"auths": {"registry.internal": {"auth": "`, base64.StdEncoding.EncodeToString([]byte("ci:" + pw())), `"}}}`},
 
 		// Assignments.
 		{"password", "password=", pw(), "\n"},

@@ -52,7 +52,8 @@
 // blocks, also JSON-escaped and base64-encoded as in kubeconfig files),
 // openssh_private_key, pgp_private_key; authorization_header (the credential
 // of an Authorization header, any scheme), bearer_token (bare "Bearer x",
-// "Token x"), basic_auth (bare "Basic base64(user:password)");
+// "Token x"), basic_auth (bare "Basic base64(user:password)", and "auth" entries of
+// Docker's config.json);
 // db_url_password (postgres, mysql, mongodb(+srv), redis, amqp, … URLs) and
 // url_password (any other scheme://user:password@): the password only;
 // password (password/passwd/passphrase/pass = value, "--password value",
