@@ -179,6 +179,10 @@ type Checker struct {
 	// approve mode; nil denies them all (approval_required).
 	Approvals Approvals
 
+	// Observe, when set, is called with every decision Decide and
+	// DecideTarget return (metrics count them by profile and code).
+	Observe func(d *Decision)
+
 	mu   sync.RWMutex
 	self []netip.AddrPort
 }
@@ -246,6 +250,14 @@ func (c *Checker) resolver() Resolver {
 // address denying the name as a whole (an approved host too); the address
 // to dial (the first IPv4 answer, else the first answer).
 func (c *Checker) Decide(ctx context.Context, p *Profile, req Request) Decision {
+	d := c.decideRequest(ctx, p, req)
+	if c.Observe != nil {
+		c.Observe(&d)
+	}
+	return d
+}
+
+func (c *Checker) decideRequest(ctx context.Context, p *Profile, req Request) Decision {
 	d := Decision{Client: req.Client, Method: req.Method, profile: p}
 	if p == nil || p.compiled == nil {
 		return d.deny(CodeNoProfile, "", "no compiled egress profile applies to this client; nothing is allowed")
@@ -273,6 +285,14 @@ func (c *Checker) Decide(ctx context.Context, p *Profile, req Request) Decision 
 // DecideTarget is Decide for a target already normalised by hostport (a
 // CONNECT target has an empty Scheme).
 func (c *Checker) DecideTarget(ctx context.Context, p *Profile, method string, t hostport.Target, client string) Decision {
+	d := c.decideTarget(ctx, p, method, t, client)
+	if c.Observe != nil {
+		c.Observe(&d)
+	}
+	return d
+}
+
+func (c *Checker) decideTarget(ctx context.Context, p *Profile, method string, t hostport.Target, client string) Decision {
 	d := Decision{Client: client, Method: method, profile: p}
 	if p == nil || p.compiled == nil {
 		return d.deny(CodeNoProfile, "", "no compiled egress profile applies to this client; nothing is allowed")
@@ -304,7 +324,7 @@ func (c *Checker) decide(ctx context.Context, p *Profile, d Decision, t hostport
 			return d.deny(CodeDeniedAddress, "", v.Reason())
 		}
 		if c.isSelf(v.Addr, t.Port) {
-			return d.deny(CodeProxyAddress, "", fmt.Sprintf("%s is the egress proxy's own listening address (a proxy loop)", netip.AddrPortFrom(v.Addr, t.Port)))
+			return d.deny(CodeProxyAddress, "", fmt.Sprintf("%s is one of sandboxd's own listening addresses (the egress proxy or the API): a loop", netip.AddrPortFrom(v.Addr, t.Port)))
 		}
 	}
 
@@ -336,7 +356,7 @@ func (c *Checker) decide(ctx context.Context, p *Profile, d Decision, t hostport
 				return d.deny(CodeDeniedAddress, d.Rule, msg)
 			}
 			if c.isSelf(a, t.Port) {
-				return d.deny(CodeProxyAddress, d.Rule, fmt.Sprintf("%s resolved to %s, which includes the egress proxy's own listening address %s (a proxy loop)", t.Host, joinAddrs(addrs), netip.AddrPortFrom(a, t.Port)))
+				return d.deny(CodeProxyAddress, d.Rule, fmt.Sprintf("%s resolved to %s, which includes sandboxd's own listening address %s (the egress proxy or the API): a loop", t.Host, joinAddrs(addrs), netip.AddrPortFrom(a, t.Port)))
 			}
 		}
 	}

@@ -46,6 +46,9 @@ type Metrics struct {
 	FetchSeconds prometheus.Histogram
 	// Redactions counts secrets removed from what was returned, by type.
 	Redactions *prometheus.CounterVec
+	// EgressDecisions counts egress decisions (proxy and fetch) by egress
+	// profile, verdict and code (allowed, no_rule, denied_address, ...).
+	EgressDecisions *prometheus.CounterVec
 }
 
 // Buckets for exec latencies: 5 ms to about 80 s.
@@ -90,9 +93,12 @@ func New() *Metrics {
 		Redactions: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "sandboxd_redactions_total", Help: "Secrets removed from what sandboxd returned (fetched text, exec output), by secret type.",
 		}, []string{"type"}),
+		EgressDecisions: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "sandboxd_egress_decisions_total", Help: "Egress decisions of the proxy and of /fetch, by egress profile, verdict (allow, deny) and code (the reason class).",
+		}, []string{"profile", "verdict", "code"}),
 	}
 	r.MustRegister(m.Execs, m.QueueSeconds, m.StartSeconds, m.RunSeconds, m.Refusals, m.IdempotentReplays, m.Requests, m.Cancels,
-		m.Fetches, m.FetchSeconds, m.Redactions,
+		m.Fetches, m.FetchSeconds, m.Redactions, m.EgressDecisions,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }
@@ -101,6 +107,12 @@ func New() *Metrics {
 // queued execs, pool sizes, the frozen flag).
 func (m *Metrics) Gauge(name, help string, f func() float64) {
 	m.Registry.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: name, Help: help}, f))
+}
+
+// CounterFunc registers a counter whose value f gives at scrape time (a
+// count another package keeps, such as the reaper's).
+func (m *Metrics) CounterFunc(name, help string, f func() float64) {
+	m.Registry.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{Name: name, Help: help}, f))
 }
 
 // Handler serves the registry in the Prometheus text format.

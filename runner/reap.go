@@ -62,15 +62,20 @@ func (r *Runner) Reap(ctx context.Context, grace time.Duration) (int, error) {
 			continue
 		}
 		if err := r.cli.ContainerRemove(ctx, c.ID, container.RemoveOptions{Force: true, RemoveVolumes: true}); err != nil && !client.IsErrNotFound(err) {
+			r.reaped.Add(int64(n))
 			return n, fmt.Errorf("reaping container %s: %w", c.ID[:12], err)
 		}
 		n++
 	}
 	if n > 0 {
+		r.reaped.Add(int64(n))
 		r.log.Info("reaped containers that no run owned", "count", n)
 	}
 	return n, nil
 }
+
+// Reaped returns how many containers Reap has removed since New.
+func (r *Runner) Reaped() int64 { return r.reaped.Load() }
 
 // reapGrace is how old an unowned container must be before the periodic
 // reaper removes it: far above the time a create takes.

@@ -14,6 +14,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/docker/docker/api/types"
@@ -120,6 +121,7 @@ type Runner struct {
 	// live and the reaper: see reap.go.
 	live                   liveSet
 	reaperStop, reaperDone chan struct{}
+	reaped                 atomic.Int64
 }
 
 // New connects to the engine named by the environment (DOCKER_HOST etc.),

@@ -14,6 +14,7 @@ import (
 
 	"github.com/sandboxd/sandboxd/egress"
 	"github.com/sandboxd/sandboxd/egress/proxy"
+	"github.com/sandboxd/sandboxd/metrics"
 	"github.com/sandboxd/sandboxd/profiles"
 	"github.com/sandboxd/sandboxd/runner"
 )
@@ -37,6 +38,8 @@ type egressSide struct {
 	// approvals answers for hosts no rule matches under profiles in
 	// approve mode; nil denies them.
 	approvals egress.Approvals
+	// metrics counts egress decisions (sandboxd_egress_decisions_total).
+	metrics *metrics.Metrics
 
 	mu      sync.Mutex
 	up      bool
@@ -117,7 +120,7 @@ func (e *egressSide) startLocked(ctx context.Context) (err error) {
 	}
 	px, err := proxy.New(proxy.Config{
 		Lookup:  e.lookup,
-		Checker: &egress.Checker{Resolver: e.resolver, Approvals: e.approvals},
+		Checker: &egress.Checker{Resolver: e.resolver, Approvals: e.approvals, Observe: e.observe},
 		Log:     e.log,
 	})
 	if err != nil {
@@ -135,6 +138,13 @@ func (e *egressSide) startLocked(ctx context.Context) (err error) {
 	e.log.Info("egress network up", "network", n.Name, "bridge", n.Bridge, "subnet", n.Subnet.String(),
 		"proxy", n.ProxyAddr().String(), "firewall_chain", fw.Chain)
 	return nil
+}
+
+// observe counts a decision of the proxy or of /fetch.
+func (e *egressSide) observe(d *egress.Decision) {
+	if e.metrics != nil {
+		e.metrics.EgressDecisions.WithLabelValues(d.Profile, d.Verdict(), string(d.Code)).Inc()
+	}
 }
 
 // lookup identifies a proxy client by its source address: the run that

@@ -227,6 +227,26 @@ func TestFetchEndToEnd(t *testing.T) {
 	if len(e.log.lines("egress")) < 4 {
 		t.Fatalf("want a decision line per hop:\n%s", tail(e.log.String(), 30))
 	}
+	// Metrics: fetches by outcome, decisions by profile, verdict and code.
+	resp2, err := http.Get(e.base + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	metrics, _ := io.ReadAll(resp2.Body)
+	resp2.Body.Close()
+	for _, want := range []string{
+		`sandboxd_egress_decisions_total{code="allowed",profile="pages",verdict="allow"}`,
+		`sandboxd_egress_decisions_total{code="denied_address",profile="pages",verdict="deny"} 1`,
+		`sandboxd_egress_decisions_total{code="proxy_address",profile="pages",verdict="deny"} 1`,
+		`sandboxd_fetches_total{outcome="ok",profile="pages"} 1`,
+		`sandboxd_fetches_total{outcome="egress_denied",profile="pages"} 2`,
+		`sandboxd_redactions_total{type="internal_ticket"} 1`,
+		`sandboxd_reaper_removed_total 0`,
+	} {
+		if !strings.Contains(string(metrics), want) {
+			t.Errorf("metrics lack %s", want)
+		}
+	}
 }
 
 // Exec output is redacted as it is read: a secret the code prints in two

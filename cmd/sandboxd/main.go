@@ -267,7 +267,7 @@ func serveWith(cfg *serveConfig, log *slog.Logger, console io.Writer) error {
 	// Egress approvals live in the store; the proxy files and reads them,
 	// the API decides them (api.New tells the service who runs each exec).
 	approvals := approval.New(approval.Config{Store: ctl.Store, Log: log})
-	eside := &egressSide{eng: eng, cur: current, log: log, instance: instance, port: cfg.egressPort, resolver: resolver, approvals: approvals}
+	eside := &egressSide{eng: eng, cur: current, log: log, instance: instance, port: cfg.egressPort, resolver: resolver, approvals: approvals, metrics: ctl.Metrics}
 	// The proxy and the firewall outlive the sandboxes: they stop once the
 	// runner has removed every container (on an early return too). When
 	// that fails, the firewall rules stay (fail closed) until the next
@@ -315,7 +315,7 @@ func serveWith(cfg *serveConfig, log *slog.Logger, console io.Writer) error {
 	// POST /fetch decides with its own checker, which knows the API's
 	// address (added once listening), so a fetch cannot loop back into
 	// sandboxd.
-	fetchChecker := &egress.Checker{Resolver: resolver, Approvals: approvals}
+	fetchChecker := &egress.Checker{Resolver: resolver, Approvals: approvals, Observe: eside.observe}
 	srv := api.New(api.Config{
 		DataDir:         dataDir,
 		Profiles:        set,
@@ -330,6 +330,8 @@ func serveWith(cfg *serveConfig, log *slog.Logger, console io.Writer) error {
 		Approvals:       approvals,
 		Fetcher:         &browse.Fetcher{Checker: fetchChecker, Log: log, UserAgent: "sandboxd/" + version},
 	})
+	srv.Metrics().CounterFunc("sandboxd_reaper_removed_total", "Containers of this instance the reaper removed because no run owned them.",
+		func() float64 { return float64(eng.Reaped()) })
 	ln, err := net.Listen("tcp", cfg.addr)
 	if err != nil {
 		return fmt.Errorf("listening on %s: %w", cfg.addr, err)
