@@ -101,7 +101,7 @@ func build(rules []*rule) *Redactor {
 		ru.idx = i
 		typeSet[ru.typ] = true
 		for _, k := range ru.keywords {
-			lk := strings.ToLower(k)
+			lk := asciiLower(k)
 			ki, ok := index[lk]
 			if !ok {
 				ki = len(r.kws)
@@ -373,4 +373,13 @@ func (s spec) compile() (*rule, error) {
 		return nil, fmt.Errorf("regex %q is unbounded: give before/after", expr)
 	}
 	return r, nil
+}
+
+// asciiLower lower-cases ASCII letters only, as the automaton folds them.
+func asciiLower(s string) string {
+	b := []byte(s)
+	for i, c := range b {
+		b[i] = lower(c)
+	}
+	return string(b)
 }

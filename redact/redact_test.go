@@ -207,6 +207,14 @@ func TestExtraRules(t *testing.T) {
 	if got != want || c["acme_api_key"] != 1 || c["corp_pin"] != 1 || c["ticket"] != 1 {
 		t.Fatalf("got %q %v\nwant %q", got, c, want)
 	}
+	// Keywords fold ASCII case only; a non-ASCII keyword matches as given.
+	u, err := New([]Rule{{Type: "umlaut", Keywords: []string{"GRÜN-"}, Regex: `(?i)GRÜN-[0-9]{4}`}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := u.String("a grün-1234 GRÜN-5678"); got != "a grün-1234 [REDACTED:umlaut]" {
+		t.Fatalf("non-ASCII keyword: %q", got)
+	}
 	// The default Redactor knows none of them.
 	if got, _ := Default().String(in); got != in {
 		t.Fatalf("default redacted %q", got)

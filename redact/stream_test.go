@@ -128,6 +128,24 @@ func TestStreamHoldBack(t *testing.T) {
 	}
 }
 
+// One large write, then small ones: buffers shrink back, output unchanged.
+func TestWriterLargeWrite(t *testing.T) {
+	r := Default()
+	big := strings.Repeat(corpus[0].text()+" some text between secrets\n", 100000)
+	var out bytes.Buffer
+	w := r.NewWriter(&out)
+	w.Write([]byte(big))
+	w.Write([]byte("tail"))
+	if cap(w.buf) > 1<<20 || cap(w.out) > 1<<20 {
+		t.Errorf("buffers kept: buf %d, out %d", cap(w.buf), cap(w.out))
+	}
+	w.Close()
+	want, _ := r.String(big + "tail")
+	if out.String() != want {
+		t.Fatalf("large write:\n%s", firstDiff(out.String(), want))
+	}
+}
+
 func TestWriterFlushAndClose(t *testing.T) {
 	r := Default()
 	s := corpus[0]

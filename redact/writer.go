@@ -181,6 +181,9 @@ func (w *Writer) process(final bool) {
 				w.err = err
 			}
 		}
+		if cap(w.out) > shrinkAbove {
+			w.out = nil // after an unusually large write
+		}
 	} else {
 		w.cands = append(w.cands[:0], ivs...)
 	}
@@ -191,8 +194,15 @@ func (w *Writer) process(final bool) {
 		from = min(from, h.pos-int64(r.kws[h.kw].back))
 	}
 	if drop := from - w.base; drop > 0 && drop >= int64(len(w.buf))/2 {
-		n := copy(w.buf, w.buf[drop:])
-		w.buf = w.buf[:n]
+		if cap(w.buf) > shrinkAbove && len(w.buf)-int(drop) < shrinkAbove/4 {
+			w.buf = append([]byte(nil), w.buf[drop:]...)
+		} else {
+			n := copy(w.buf, w.buf[drop:])
+			w.buf = w.buf[:n]
+		}
 		w.base = from
 	}
 }
+
+// shrinkAbove: buffers grown past this by a large write are not kept.
+const shrinkAbove = 1 << 20
