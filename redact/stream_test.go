@@ -131,7 +131,7 @@ func TestStreamHoldBack(t *testing.T) {
 // One large write, then small ones: buffers shrink back, output unchanged.
 func TestWriterLargeWrite(t *testing.T) {
 	r := Default()
-	big := strings.Repeat(corpus[0].text()+" some text between secrets\n", 100000)
+	big := corpus[0].text() + strings.Repeat("clean text, no secret in it\n", 60000) + corpus[0].text()
 	var out bytes.Buffer
 	w := r.NewWriter(&out)
 	w.Write([]byte(big))
