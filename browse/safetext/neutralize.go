@@ -61,7 +61,11 @@ func neutralize(s string) string {
 			continue
 		}
 		if tagKind(s[i+olen:]) {
-			b = flush(b, s, last, i, "[")
+			repl := "["
+			if i > 0 && s[i-1] == '!' {
+				repl = `\[` // do not create "!["
+			}
+			b = flush(b, s, last, i, repl)
 			last = i + olen
 			i += olen - 1
 		}
