@@ -77,13 +77,19 @@
 //
 // Markdown output keeps structure (# headings, lists, code fences and code
 // spans, > quotes, tables, links in full mode) and escapes page text so
-// that it cannot create structure of its own: \ ` * _ [ ] < > | ~ always,
-// # - + = and "1." at the start of a line. It never contains raw HTML or
-// image syntax.
+// that it cannot create structure of its own: \ ` * [ ] < > | ~ always,
+// _ except inside a word, & before what could be a character reference,
+// and # - + = and "1." / "1)" at the start of a line when they would start
+// a block. It never contains raw HTML or image syntax.
 //
 // Options.Selector (CSS, parsed by cascadia) keeps only the matched
 // elements; matches inside dropped or hidden elements stay dropped. An
-// invalid selector is an error matching ErrSelector and ErrInvalidOption.
+// invalid selector, one longer than 1024 bytes, or one using :has() (which
+// is quadratic on large pages) is an error matching ErrSelector and
+// ErrInvalidOption.
+//
+// Relative links are resolved against Options.BaseURL, not against a
+// <base> element of the page.
 //
 // # All text
 //

@@ -137,6 +137,11 @@ func compileSelector(s string) (cascadia.Selector, error) {
 	if err != nil {
 		return nil, &SelectorError{Selector: s, Err: err}
 	}
+	// :has() searches the subtree of every element: quadratic on large
+	// pages.
+	if strings.Contains(strings.ToLower(s), ":has(") {
+		return nil, &SelectorError{Selector: s, Err: errors.New(":has() is not supported")}
+	}
 	return sel, nil
 }
 

@@ -64,18 +64,19 @@ type attrScan struct {
 }
 
 type walker struct {
-	w       writer
-	full    bool
-	base    *url.URL
-	sheet   *sheet
-	stack   []frame
-	lists   []listState
-	tables  []tableState
-	links   []string
-	linkNum map[string]int
-	info    elemInfo
-	scan    attrScan
-	classes []string
+	w        writer
+	full     bool
+	base     *url.URL
+	sheet    *sheet
+	stack    []frame
+	lists    []listState
+	tables   []tableState
+	links    []string
+	linkNum  map[string]int
+	info     elemInfo
+	scan     attrScan
+	classes  []string
+	replayed int // siblings replayed by armSiblings
 }
 
 // Elements dropped with everything in them.
@@ -210,7 +211,13 @@ func (wk *walker) siblingStep() hide {
 	return eff
 }
 
+// maxSibReplay bounds the siblings replayed by armSiblings for one
+// HTML call (a selector matching many siblings would be quadratic).
+const maxSibReplay = 1 << 20
+
 // armSiblings replays the element siblings before n for the sibling rules.
+// Past the budget, every sibling rule counts as armed: more is hidden,
+// never less.
 func (wk *walker) armSiblings(n *html.Node) {
 	p := wk.top()
 	p.armed, p.adj = 0, 0
@@ -218,6 +225,10 @@ func (wk *walker) armSiblings(n *html.Node) {
 		return
 	}
 	for s := n.Parent.FirstChild; s != nil && s != n; s = s.NextSibling {
+		if wk.replayed++; wk.replayed > maxSibReplay {
+			p.armed, p.adj = ^uint64(0), ^uint64(0)
+			return
+		}
 		if s.Type == html.ElementNode {
 			wk.scanAttrs(s)
 			wk.siblingStep()

@@ -35,7 +35,7 @@ func TestOptionErrors(t *testing.T) {
 			t.Errorf("%+v: option error matches ErrSelector", o)
 		}
 	}
-	for _, sel := range []string{"div[", "p::", ">>>", "a:nosuchpseudo", "#", strings.Repeat("div ", 300)} {
+	for _, sel := range []string{"div[", "p::", ">>>", "a:nosuchpseudo", "#", "div:has(p)", strings.Repeat("div ", 300)} {
 		_, err := HTML(strings.NewReader("<p>x"), Options{Selector: sel})
 		var se *SelectorError
 		if !errors.Is(err, ErrSelector) || !errors.Is(err, ErrInvalidOption) || !errors.As(err, &se) {

@@ -145,6 +145,10 @@ func (w *writer) put(c byte, next int) {
 			}
 			w.digits = c >= '0' && c <= '9'
 		}
+		// "&lt;" and "&#33;" would be decoded by a renderer.
+		if c == '&' && next >= 0 && next < 0x80 && (next == '#' || isAlnum(byte(next))) {
+			esc = true
+		}
 		// An underscore inside a word cannot start emphasis.
 		if c == '_' && next >= 0 && next < 0x80 && isAlnum(byte(next)) &&
 			len(w.buf) > 0 && isAlnum(w.buf[len(w.buf)-1]) && !w.lineStart {
@@ -203,7 +207,7 @@ var plainText, plainMD [256]bool
 func init() {
 	for c := 0x21; c < 0x7f; c++ {
 		plainText[c] = true
-		plainMD[c] = !mdEscape[c]
+		plainMD[c] = !mdEscape[c] && c != '&'
 	}
 }
 
