@@ -8,6 +8,7 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
+	"sync"
 
 	"github.com/PuerkitoBio/goquery"
 	"github.com/andybalholm/cascadia"
@@ -185,6 +186,7 @@ func HTML(r io.Reader, opts Options) (Page, error) {
 		}
 	}
 	wk.w.init(md, limit)
+	wk.w.buf = getBuf(min(len(data)/2, limit) + 1024)
 	if sel == nil {
 		wk.walk(doc, frame{fg: colUnknown, bg: colUnknown})
 	} else {
@@ -192,6 +194,8 @@ func HTML(r io.Reader, opts Options) (Page, error) {
 	}
 
 	text := wk.finish()
+	putBuf(wk.w.buf)
+	putBuf(data)
 	page := Page{
 		Title:     neutralize(collapse(title, maxTitle)),
 		Truncated: deep || wk.w.full,
@@ -205,26 +209,46 @@ func HTML(r io.Reader, opts Options) (Page, error) {
 	return page, nil
 }
 
-// readAll is io.ReadAll that allocates once when r knows its length
-// (strings.Reader, bytes.Reader, bytes.Buffer).
+// readAll is io.ReadAll into a pooled buffer, sized at once when r knows
+// its length (strings.Reader, bytes.Reader, bytes.Buffer).
 func readAll(r io.Reader) ([]byte, error) {
+	n := 64 << 10
 	if l, ok := r.(interface{ Len() int }); ok {
-		b := make([]byte, 0, l.Len()+1)
-		for {
-			n, err := r.Read(b[len(b):cap(b)])
-			b = b[:len(b)+n]
-			if err == io.EOF {
-				return b, nil
-			}
-			if err != nil {
-				return b, err
-			}
-			if len(b) == cap(b) {
-				b = append(b, 0)[:len(b)]
-			}
+		n = l.Len() + 1
+	}
+	b := getBuf(n)
+	for {
+		if len(b) == cap(b) {
+			b = append(b, 0)[:len(b)]
+		}
+		n, err := r.Read(b[len(b):cap(b)])
+		b = b[:len(b)+n]
+		if err == io.EOF {
+			return b, nil
+		}
+		if err != nil {
+			return b, err
 		}
 	}
-	return io.ReadAll(r)
+}
+
+// Buffers for the input and the output are reused across calls; the
+// parse tree and the results never point into them.
+var bufPool sync.Pool // of *[]byte
+
+const maxPooledBuf = 8 << 20
+
+func getBuf(n int) []byte {
+	if p, ok := bufPool.Get().(*[]byte); ok && cap(*p) >= n {
+		return (*p)[:0]
+	}
+	return make([]byte, 0, n)
+}
+
+func putBuf(b []byte) {
+	if cap(b) > 0 && cap(b) <= maxPooledBuf {
+		bufPool.Put(&b)
+	}
 }
 
 // parse parses data. x/net/html refuses documents whose stack of open
