@@ -34,9 +34,10 @@
 //     shorthand (a descendant with an absolute font size shows again),
 //     transparent text colour (transparent, rgba/hsla alpha 0, #rgba with
 //     alpha 0, also -webkit-text-fill-color), text in the same colour as
-//     a background set by an ancestor (style, bgcolor, font color),
-//     off-screen positioning (left/top/right/bottom/inset/translate/margin/
-//     text-indent <= -500px, or >= 5000px for positions), transforms that
+//     a background set on the element or an ancestor (style, bgcolor, font
+//     color), off-screen positioning (left, top, right, bottom, inset,
+//     translate, margin or text-indent <= -500px, or a position >= 5000px),
+//     transforms that
 //     scale to 0 or move off-screen, clip: rect() leaving at most 1px,
 //     clip-path inset(>=50%)/circle(0)/degenerate polygons, width or
 //     max-width 0, and width/height <= 1px with overflow hidden or clip.
@@ -59,9 +60,11 @@
 //     kept because of it. External style sheets are not fetched.
 //
 // Kept: headings, paragraphs, lists (- and 1. markers, nested lists
-// indented), tables (a row per line, cells separated by " | "; tables
-// whose cells hold block content or with role=presentation are taken for
-// layout and rendered as blocks), pre blocks (white space kept) and inline
+// indented), tables (a row per line, cells separated by " | ", Markdown
+// tables in Markdown; a table with role=presentation or with a cell that
+// holds a heading, a table, a form, a sectioning element or several blocks
+// is taken for layout and rendered as blocks), pre blocks (white space
+// kept) and inline
 // code, block quotes, definition lists, details and summary, link text,
 // and the alt text of images as "[image: alt]" (at most 100 characters).
 // Image URLs are never written.
