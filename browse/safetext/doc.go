@@ -33,9 +33,10 @@
 //     filter:opacity(0), font-size <= 2px or 0 in font-size and the font
 //     shorthand (a descendant with an absolute font size shows again),
 //     transparent text colour (transparent, rgba/hsla alpha 0, #rgba with
-//     alpha 0, also -webkit-text-fill-color), text in the same colour as
-//     a background set on the element or an ancestor (style, bgcolor, font
-//     color), off-screen positioning (left, top, right, bottom, inset,
+//     alpha 0, also -webkit-text-fill-color), text in (nearly) the same
+//     colour as a background set on the element or an ancestor (style,
+//     bgcolor, font color) or as the browser's white default when the page
+//     links no style sheet and its own styles set no background, off-screen positioning (left, top, right, bottom, inset,
 //     translate, margin or text-indent <= -500px, or a position >= 5000px),
 //     transforms that
 //     scale to 0 or move off-screen, clip: rect() leaving at most 1px,

@@ -173,9 +173,16 @@ func HTML(r io.Reader, opts Options) (Page, error) {
 	}
 
 	doc, cutCSS, deep := parse(data)
-	title, css := prepass(doc)
+	title, css, extCSS := prepass(doc)
 	if deep {
 		css = cutCSS // the styles of the whole document, not only the prefix
+	}
+	// Without external style sheets and without backgrounds in the page's
+	// own styles, the background is the browser's white: white text is
+	// invisible. Otherwise the background is unknown unless set inline.
+	bg := int32(colUnknown)
+	if !extCSS && !mentions(css, "background", "@import") {
+		bg = 0xffffff
 	}
 
 	wk := walker{full: full, base: opts.BaseURL, sheet: builtinSheet}
@@ -188,9 +195,9 @@ func HTML(r io.Reader, opts Options) (Page, error) {
 	wk.w.init(md, limit)
 	wk.w.buf = getBuf(min(len(data)/2, limit) + 1024)
 	if sel == nil {
-		wk.walk(doc, frame{fg: colUnknown, bg: colUnknown})
+		wk.walk(doc, frame{fg: colUnknown, bg: bg})
 	} else {
-		wk.selected(doc, sel)
+		wk.selected(doc, sel, bg)
 	}
 
 	text := wk.finish()
@@ -321,9 +328,24 @@ var voidElements = map[atom.Atom]bool{
 	atom.Source: true, atom.Track: true, atom.Wbr: true, atom.Param: true, atom.Keygen: true,
 }
 
-// prepass finds the title and the text of the style elements (HTML and
-// SVG ones; those inside <template> are inert and skipped).
-func prepass(doc *html.Node) (title string, css []string) {
+// mentions reports whether any of the style sheets contains one of words
+// (ASCII case-insensitively).
+func mentions(css []string, words ...string) bool {
+	for _, c := range css {
+		c = strings.ToLower(c)
+		for _, w := range words {
+			if strings.Contains(c, w) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// prepass finds the title, the text of the style elements (HTML and SVG
+// ones; those inside <template> are inert and skipped) and whether the page
+// links an external style sheet.
+func prepass(doc *html.Node) (title string, css []string, extCSS bool) {
 	total := 0
 	foundTitle := false
 	for n := doc; n != nil; {
@@ -340,6 +362,12 @@ func prepass(doc *html.Node) (title string, css []string) {
 					}
 				}
 				descend = false
+			case n.DataAtom == atom.Link && n.Namespace == "":
+				for _, a := range n.Attr {
+					if a.Key == "rel" && strings.Contains(strings.ToLower(a.Val), "stylesheet") {
+						extCSS = true
+					}
+				}
 			case n.DataAtom == atom.Title && n.Namespace == "" && !foundTitle:
 				foundTitle = true
 				var b strings.Builder
@@ -364,13 +392,13 @@ func prepass(doc *html.Node) (title string, css []string) {
 		}
 		n = n.NextSibling
 	}
-	return title, css
+	return title, css, extCSS
 }
 
 // selected renders the elements matched by sel (outermost matches only),
 // each in the context of its ancestors: a match inside a hidden or dropped
 // element stays dropped.
-func (wk *walker) selected(doc *html.Node, sel cascadia.Selector) {
+func (wk *walker) selected(doc *html.Node, sel cascadia.Selector, bg int32) {
 	nodes := goquery.NewDocumentFromNode(doc).FindMatcher(sel).Nodes
 	matched := make(map[*html.Node]bool, len(nodes))
 	for _, n := range nodes {
@@ -390,7 +418,7 @@ outer:
 			chain = append(chain, p)
 		}
 		// Replay the ancestors from the top to get the context of n.
-		wk.stack = append(wk.stack[:0], frame{fg: colUnknown, bg: colUnknown})
+		wk.stack = append(wk.stack[:0], frame{fg: colUnknown, bg: bg})
 		for i := len(chain) - 1; i >= 0; i-- {
 			a := chain[i]
 			if a.Type != html.ElementNode {

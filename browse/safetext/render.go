@@ -287,8 +287,23 @@ func (wk *walker) visible(n *html.Node) (frame, bool) {
 		f.fg = colTransparent
 	}
 	f.soft |= eff & (hideFont | hideVis)
-	f.hidden = f.soft != 0 || f.fg == colTransparent || f.fg >= 0 && f.fg == f.bg
+	f.hidden = f.soft != 0 || f.fg == colTransparent || sameColor(f.fg, f.bg)
 	return f, true
+}
+
+// sameColor reports whether two known colours are too close to tell apart
+// (every channel within 16).
+func sameColor(a, b int32) bool {
+	if a < 0 || b < 0 {
+		return false
+	}
+	for sh := 0; sh < 24; sh += 8 {
+		d := (a>>sh)&0xff - (b>>sh)&0xff
+		if d > 16 || d < -16 {
+			return false
+		}
+	}
+	return true
 }
 
 // context computes the frame of ancestor a of a selected element.
