@@ -80,8 +80,8 @@ func Clean(s string) string {
 		c := s[i]
 		if c < utf8.RuneSelf {
 			i++
-			marks = 0
 			if c >= 0x20 && c != 0x7f || c == '\n' || c == '\t' {
+				marks = 0 // removed characters do not end a run of marks
 				b.WriteByte(c)
 			}
 			continue

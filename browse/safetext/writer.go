@@ -221,6 +221,9 @@ func (w *writer) text(s string) {
 		c := s[i]
 		if c < utf8.RuneSelf {
 			i++
+			if c < 0x20 && !asciiSpace[c] || c == 0x7f {
+				continue // removed; does not end a run of marks
+			}
 			w.marks = 0
 			if asciiSpace[c] {
 				if w.pre {
@@ -236,9 +239,6 @@ func (w *writer) text(s string) {
 				} else {
 					w.space, w.pend = true, true
 				}
-				continue
-			}
-			if c < 0x20 || c == 0x7f {
 				continue
 			}
 			// A run of bytes that need no escaping is copied at once
