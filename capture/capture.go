@@ -1,10 +1,16 @@
 // Package capture keeps raw captures for forensics: what a fetch received
-// (bytes as they came off the wire, response headers) and what sandboxd
-// returned, each under an id that the response and the log carry. Captures
-// are for reviewers, never for agents.
+// (bytes as they came off the wire, response headers), what sandboxd
+// returned, and the code, stdin and outputs of an exec, each under an id
+// that the response and the log carry. Captures are for reviewers, never
+// for agents.
 //
-// Store is the interface; FS, a directory tree under the data directory,
-// is the implementation a single instance uses.
+// Store is the interface the request paths use (Put, Get, Delete);
+// Forensics adds what reviewers and the janitor need: retention (Sweep),
+// legal holds (SetHold, SetTenantHold), erasure with a tombstone (Erase)
+// and listing (List). SQLite, opened with Open, implements both: metadata
+// in an SQLite database, bodies as compressed, optionally encrypted,
+// content-addressed blob files shared between captures. See SQLite for the
+// on-disk layout and the crash-safety and encryption arguments.
 package capture
 
 import (
@@ -27,10 +33,27 @@ type Capture struct {
 	KeyID     string    `json:"key_id"`
 	RequestID string    `json:"request_id,omitempty"`
 	CreatedAt time.Time `json:"created_at"`
-	// Meta holds small facts (url, final_url, status, content_type).
+	// Retention is how long the capture is kept after CreatedAt; 0 keeps it
+	// until it is deleted or erased. Set by the caller of Put.
+	Retention time.Duration `json:"retention,omitempty"`
+	// ExpiresAt is CreatedAt+Retention (zero when Retention is 0), set by
+	// Put; Sweep deletes the capture after it unless it is held.
+	ExpiresAt time.Time `json:"expires_at,omitzero"`
+	// Meta holds small facts (url, final_url, status, content_type). An
+	// erased capture has none.
 	Meta map[string]string `json:"meta,omitempty"`
 	// Parts are the captured bodies, each under a unique name.
 	Parts []Part `json:"parts"`
+
+	// Hold is the legal hold on this capture, nil when there is none (set
+	// by SetHold; Put ignores it).
+	Hold *Hold `json:"hold,omitempty"`
+	// TenantHold is the legal hold on the capture's tenant, nil when there
+	// is none (set by SetTenantHold; Put ignores it).
+	TenantHold *Hold `json:"tenant_hold,omitempty"`
+	// Erased is set on the tombstone of an erased capture: its parts keep
+	// their names, sizes and digests but have no data (Put ignores it).
+	Erased *Erasure `json:"erased,omitempty"`
 }
 
 // Part is one captured body.
@@ -42,9 +65,27 @@ type Part struct {
 	Size        int64  `json:"size"`
 	// SHA256 is the hex digest of Data, set by Put.
 	SHA256 string `json:"sha256"`
-	// Data is the content; empty in what Get returns for a deleted part.
+	// Data is the content; nil in what Get returns for an erased capture
+	// and in what List returns.
 	Data []byte `json:"-"`
 }
+
+// Hold is a legal hold: who placed it, when and why.
+type Hold struct {
+	By     string    `json:"by"`
+	Reason string    `json:"reason"`
+	At     time.Time `json:"at"`
+}
+
+// Erasure records who erased a capture's content, when and why.
+type Erasure struct {
+	By     string    `json:"by"`
+	Reason string    `json:"reason"`
+	At     time.Time `json:"at"`
+}
+
+// Held reports whether the capture or its tenant is under a legal hold.
+func (c *Capture) Held() bool { return c.Hold != nil || c.TenantHold != nil }
 
 // Part returns the part called name, or nil.
 func (c *Capture) Part(name string) *Part {
@@ -59,16 +100,78 @@ func (c *Capture) Part(name string) *Part {
 // Store keeps captures. Implementations are safe for concurrent use.
 type Store interface {
 	// Put stores c durably (it is on disk when Put returns) and sets its
-	// ID, when empty, and each part's size and digest.
+	// ID, when empty, its CreatedAt, when zero, its ExpiresAt, and each
+	// part's size and digest.
 	Put(ctx context.Context, c *Capture) error
-	// Get returns the capture with its parts' data, or ErrNotFound.
+	// Get returns the capture with its parts' data, or ErrNotFound. The
+	// tombstone of an erased capture comes back with Erased set and no
+	// data.
 	Get(ctx context.Context, id string) (*Capture, error)
-	// Delete removes a capture, or returns ErrNotFound.
+	// Delete removes a capture without leaving a tombstone, or returns
+	// ErrNotFound (ErrHeld for a held capture).
 	Delete(ctx context.Context, id string) error
 }
 
-// ErrNotFound: no capture has the id.
-var ErrNotFound = errors.New("capture not found")
+// Forensics is a Store with retention, legal holds, erasure and listing,
+// for reviewers and the janitor. Every method that removes content returns
+// what it removed, or names it, so that the caller can write the audit
+// record.
+type Forensics interface {
+	Store
+	// Erase removes a capture's content and leaves a tombstone (who, when,
+	// why). It returns ErrNotFound, ErrHeld while the capture or its
+	// tenant is held, and ErrErased for a capture already erased.
+	Erase(ctx context.Context, id, by, reason string) error
+	// SetHold places (on) or lifts a legal hold on one capture.
+	SetHold(ctx context.Context, id string, on bool, by, reason string) error
+	// SetTenantHold places (on) or lifts a legal hold on all of a tenant's
+	// captures, current and future.
+	SetTenantHold(ctx context.Context, tenant string, on bool, by, reason string) error
+	// Sweep deletes the captures expired at now that are not held and
+	// returns them, one entry per deleted capture, also with an error.
+	Sweep(ctx context.Context, now time.Time) ([]Swept, error)
+	// List returns captures' metadata (no data), newest first, and the
+	// cursor for the next page ("" after the last).
+	List(ctx context.Context, f Filter) ([]Capture, string, error)
+}
+
+// Swept names a capture that Sweep deleted.
+type Swept struct {
+	ID        string    `json:"id"`
+	Tenant    string    `json:"tenant"`
+	Kind      string    `json:"kind"`
+	CreatedAt time.Time `json:"created_at"`
+	ExpiresAt time.Time `json:"expires_at"`
+}
+
+// Filter selects captures for List. Zero fields do not filter.
+type Filter struct {
+	Tenant string
+	Kind   string
+	// Since (inclusive) and Until (exclusive) bound CreatedAt.
+	Since, Until time.Time
+	// Limit is the page size: 0 means 100; at most 1000.
+	Limit int
+	// Cursor is the nextCursor of the previous page, or "".
+	Cursor string
+}
+
+var (
+	// ErrNotFound: no capture has the id.
+	ErrNotFound = errors.New("capture not found")
+	// ErrHeld: the capture or its tenant is under a legal hold.
+	ErrHeld = errors.New("capture is under a legal hold")
+	// ErrErased: the capture's content was erased.
+	ErrErased = errors.New("capture was erased")
+	// ErrExists: Put was given the id of a stored capture.
+	ErrExists = errors.New("a capture with this id exists")
+	// ErrCorrupt: a blob does not decode or does not match its digest
+	// (altered or damaged on disk).
+	ErrCorrupt = errors.New("capture content altered or damaged on disk")
+	// ErrKey: the encryption key is missing, unusable or not the one the
+	// store's content was written with.
+	ErrKey = errors.New("capture encryption key")
+)
 
 var (
 	idPattern   = regexp.MustCompile(`^cap_[0-9a-f]{32}$`)
@@ -88,6 +191,9 @@ func ValidID(id string) bool { return idPattern.MatchString(id) }
 func check(c *Capture) error {
 	if !ValidID(c.ID) {
 		return fmt.Errorf("capture id %q is not of the form cap_ and 32 hex digits", c.ID)
+	}
+	if c.Retention < 0 {
+		return fmt.Errorf("capture %s: negative retention %v", c.ID, c.Retention)
 	}
 	seen := map[string]bool{}
 	for _, p := range c.Parts {

@@ -1,0 +1,99 @@
+package capture
+
+import (
+	"encoding/binary"
+	"fmt"
+	"strings"
+	"testing"
+)
+
+// benchCapture is a 100 KiB fetch capture: 60 KiB of raw (gzip-like,
+// incompressible) bytes, 1 KiB of headers and 39 KiB of returned text,
+// with content unique to i so that nothing is shared.
+func benchCapture(i int) *Capture {
+	raw := randomBytes(60<<10, uint64(i)+1)
+	binary.LittleEndian.PutUint64(raw, uint64(i))
+	var text strings.Builder
+	for text.Len() < 39<<10 {
+		fmt.Fprintf(&text, "capture %d: line %d of the page text, as returned to the agent.\n", i, text.Len())
+	}
+	headers := []byte(strings.Repeat(fmt.Sprintf("X-Header-%d: value\r\n", i), 1<<10)[:1<<10])
+	return &Capture{Kind: "fetch", Tenant: "acme", KeyID: "k1", Meta: map[string]string{"url": "http://pages.test/"},
+		Parts: []Part{{Name: "raw", Data: raw}, {Name: "headers", Data: headers}, {Name: "returned.json", Data: []byte(text.String()[:39<<10])}}}
+}
+
+func benchOpts(b *testing.B, enc bool) Options {
+	if !enc {
+		return Options{}
+	}
+	return Options{KeyFile: writeKey(b, b.TempDir(), 0o600, hexKey(9))}
+}
+
+func BenchmarkPut100KiB(b *testing.B) {
+	for _, enc := range []bool{false, true} {
+		b.Run(fmt.Sprint("encrypted=", enc), func(b *testing.B) {
+			s := openDurable(b, b.TempDir(), benchOpts(b, enc))
+			caps := make([]*Capture, b.N)
+			for i := range caps {
+				caps[i] = benchCapture(i)
+			}
+			b.SetBytes(100 << 10)
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				if err := s.Put(bg, caps[i]); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "puts/s")
+		})
+	}
+}
+
+// BenchmarkPut100KiBParallel: Puts from several goroutines (the service's
+// case), each durable.
+func BenchmarkPut100KiBParallel(b *testing.B) {
+	s := openDurable(b, b.TempDir(), Options{})
+	b.SetBytes(100 << 10)
+	var n int64
+	var mu = make(chan struct{}, 1)
+	mu <- struct{}{}
+	b.SetParallelism(4)
+	b.ResetTimer()
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			<-mu
+			n++
+			i := int(n)
+			mu <- struct{}{}
+			if err := s.Put(bg, benchCapture(i)); err != nil {
+				b.Error(err)
+				return
+			}
+		}
+	})
+	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "puts/s")
+}
+
+func BenchmarkGet100KiB(b *testing.B) {
+	for _, enc := range []bool{false, true} {
+		b.Run(fmt.Sprint("encrypted=", enc), func(b *testing.B) {
+			s := openDurable(b, b.TempDir(), benchOpts(b, enc))
+			var ids []string
+			for i := range 16 {
+				c := benchCapture(i)
+				if err := s.Put(bg, c); err != nil {
+					b.Fatal(err)
+				}
+				ids = append(ids, c.ID)
+			}
+			b.SetBytes(100 << 10)
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				if _, err := s.Get(bg, ids[i%len(ids)]); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "gets/s")
+		})
+	}
+}

@@ -1,0 +1,100 @@
+package capture
+
+import (
+	"bytes"
+	"crypto/aes"
+	"crypto/cipher"
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/hex"
+	"fmt"
+	"os"
+)
+
+// keys are the subkeys derived from the key file's 32 bytes. The master
+// key itself is not kept: the blob address, the blob and metadata
+// encryption and the fingerprint each use their own HMAC-derived key, so
+// no key serves two primitives.
+type keys struct {
+	addr        []byte      // HMAC-SHA256 key for blob addresses
+	aead        cipher.AEAD // AES-256-GCM for blobs and metadata
+	fingerprint string      // 16 hex digits naming the key, stored in the database and in each blob
+}
+
+// loadKeyFile reads a key file: one line holding 32 bytes in hex (64
+// digits) or base64 (standard or URL alphabet, padded or not). The file
+// must be a regular file that neither group nor others may read or write.
+// Errors never quote the file's content.
+func loadKeyFile(name string) (*keys, error) {
+	fi, err := os.Stat(name)
+	if err != nil {
+		return nil, fmt.Errorf("%w file: %w", ErrKey, err)
+	}
+	if !fi.Mode().IsRegular() {
+		return nil, fmt.Errorf("%w file %s is not a regular file", ErrKey, name)
+	}
+	if perm := fi.Mode().Perm(); perm&0o077 != 0 {
+		return nil, fmt.Errorf("%w file %s has mode %04o: group and others must have no access (chmod 600 %s)", ErrKey, name, perm, name)
+	}
+	raw, err := os.ReadFile(name)
+	if err != nil {
+		return nil, fmt.Errorf("%w file: %w", ErrKey, err)
+	}
+	defer clear(raw)
+	line := bytes.TrimSpace(raw)
+	if bytes.ContainsAny(line, "\r\n") {
+		return nil, fmt.Errorf("%w file %s has more than one line; it must hold one line: 32 random bytes in hex or base64", ErrKey, name)
+	}
+	key, ok := decodeKey(string(line))
+	if !ok {
+		return nil, fmt.Errorf("%w file %s does not hold 32 bytes in hex (64 digits) or base64 (44 characters); make one with: head -c 32 /dev/urandom | base64 > %s", ErrKey, name, name)
+	}
+	defer clear(key)
+	return deriveKeys(key)
+}
+
+func decodeKey(s string) ([]byte, bool) {
+	if len(s) == 64 {
+		if b, err := hex.DecodeString(s); err == nil {
+			return b, true
+		}
+	}
+	for _, enc := range []*base64.Encoding{base64.StdEncoding, base64.RawStdEncoding, base64.URLEncoding, base64.RawURLEncoding} {
+		if b, err := enc.DecodeString(s); err == nil && len(b) == 32 {
+			return b, true
+		}
+	}
+	return nil, false
+}
+
+func deriveKeys(master []byte) (*keys, error) {
+	sub := func(label string) []byte {
+		m := hmac.New(sha256.New, master)
+		m.Write([]byte("sandboxd capture " + label + " v1"))
+		return m.Sum(nil)
+	}
+	encKey := sub("encryption")
+	defer clear(encKey)
+	block, err := aes.NewCipher(encKey)
+	if err != nil {
+		return nil, err
+	}
+	aead, err := cipher.NewGCM(block)
+	if err != nil {
+		return nil, err
+	}
+	return &keys{addr: sub("address"), aead: aead, fingerprint: hex.EncodeToString(sub("fingerprint")[:8])}, nil
+}
+
+// address returns a blob's address: the hex sha256 of its content without
+// encryption, HMAC-SHA256 under the address key with it (so that the disk
+// does not confirm a guessed content).
+func (k *keys) address(data []byte, sum [32]byte) string {
+	if k == nil {
+		return hex.EncodeToString(sum[:])
+	}
+	m := hmac.New(sha256.New, k.addr)
+	m.Write(data)
+	return hex.EncodeToString(m.Sum(nil))
+}

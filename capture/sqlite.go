@@ -1,0 +1,1001 @@
+package capture
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"database/sql"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	_ "modernc.org/sqlite" // pure-Go SQLite driver, registered as "sqlite"
+)
+
+// SQLite is the capture store: metadata in an SQLite database, bodies in
+// content-addressed blob files.
+//
+// On-disk layout of the directory given to Open (mode 0700):
+//
+//	captures.db (-wal, -shm)  the metadata: captures (one row each, the
+//	                          tombstone of an erased one), parts (name,
+//	                          type, size, sha256, blob address), blobs
+//	                          (address, reference count), tenant_holds,
+//	                          settings (schema and encryption mode)
+//	captures.lock             the blob lock (see blobLock); always empty
+//	blobs/00 .. blobs/ff      blob files, blobs/ab/cdef... for the address
+//	                          abcdef... (64 hex digits)
+//	blobs/tmp                 blob writes in progress (removed at Open)
+//
+// A blob's address is the sha256 of the content, or HMAC-SHA256 of it
+// under a key derived from the key file when encryption is on; captures
+// with equal parts share one blob, counted in blobs.refs. A blob file is
+// the content compressed with DEFLATE (when that makes it smaller) and,
+// with encryption, sealed with AES-256-GCM under a random nonce (see
+// encodeBlob).
+//
+// Durability and crash safety. The database runs in WAL mode with
+// synchronous=FULL: a commit has reached the disk when it returns. Put
+// writes each new blob to a temporary file, syncs it, renames it to its
+// address and syncs the blob directory, all before the transaction that
+// references it commits: a committed capture never names a blob that is
+// not durably on disk, and a Put interrupted at any point leaves no
+// capture (at most an orphan blob or a temporary file). Removing content
+// (Erase, Delete, Sweep) commits first (references dropped, rows whose
+// count reaches 0 deleted) and removes the files afterwards, each only
+// after checking under the exclusive blob lock that no row references it:
+// a crash can leave an orphan, never delete a referenced blob. GC removes
+// orphans and temporary files.
+//
+// Encryption at rest (Options.KeyFile). Blob files and the Meta column
+// (URLs, which may carry tokens) are sealed with AES-256-GCM; blob
+// addresses are keyed HMACs, so the disk neither shows nor confirms a
+// content. What stays in clear in captures.db: ids, tenants, key ids,
+// request ids, kinds, times, part names, types and sizes, holds and
+// erasures, and each part's plain sha256 (which the audit log quotes too,
+// on the same disk): someone holding the disk can confirm a guess of a
+// part's exact content through that digest, but cannot read any content.
+// One key serves the whole store: erasing a capture removes its blobs but
+// is not a cryptographic erasure (a copy of the disk taken earlier, or
+// blocks the file system has not reused yet, still hold the sealed blob).
+type SQLite struct {
+	dir  string
+	wdb  *sql.DB // one connection, BEGIN IMMEDIATE: all writes
+	rdb  *sql.DB // readers (WAL lets them run beside the writer)
+	keys *keys   // nil: no encryption
+	log  *slog.Logger
+	// noSync (tests only) skips every fsync: fast, not durable.
+	noSync bool
+}
+
+// Options configure Open.
+type Options struct {
+	// KeyFile names the encryption key file (one line: 32 random bytes in
+	// hex or base64; no access for group and others). "" stores captures
+	// unencrypted. A store keeps the mode it was first written in: Open
+	// refuses a store holding captures with another key, or none.
+	KeyFile string
+	// Log receives notes (legacy captures imported); nil discards them.
+	Log *slog.Logger
+
+	noSync bool // tests only: no fsync, synchronous=OFF
+}
+
+const (
+	// DBName is the metadata database's name in the capture directory.
+	DBName        = "captures.db"
+	lockFile      = "captures.lock"
+	schemaVersion = 1
+	busyTimeoutMS = 10000
+)
+
+var schema = []string{
+	`CREATE TABLE IF NOT EXISTS settings (
+		name TEXT PRIMARY KEY,
+		value TEXT NOT NULL)`,
+	// Times are Unix nanoseconds; 0 is none.
+	`CREATE TABLE IF NOT EXISTS captures (
+		id TEXT PRIMARY KEY,
+		kind TEXT NOT NULL,
+		tenant TEXT NOT NULL,
+		key_id TEXT NOT NULL,
+		request_id TEXT NOT NULL,
+		created_at INTEGER NOT NULL,
+		retention INTEGER NOT NULL,
+		expires_at INTEGER NOT NULL,
+		meta BLOB,
+		state TEXT NOT NULL CHECK (state IN ('live', 'erased')),
+		erased_at INTEGER NOT NULL DEFAULT 0,
+		erased_by TEXT NOT NULL DEFAULT '',
+		erase_reason TEXT NOT NULL DEFAULT '',
+		held INTEGER NOT NULL DEFAULT 0,
+		hold_at INTEGER NOT NULL DEFAULT 0,
+		hold_by TEXT NOT NULL DEFAULT '',
+		hold_reason TEXT NOT NULL DEFAULT '')`,
+	`CREATE INDEX IF NOT EXISTS captures_created ON captures (created_at, id)`,
+	`CREATE INDEX IF NOT EXISTS captures_tenant ON captures (tenant, created_at, id)`,
+	`CREATE INDEX IF NOT EXISTS captures_expires ON captures (expires_at) WHERE expires_at > 0`,
+	`CREATE TABLE IF NOT EXISTS parts (
+		capture_id TEXT NOT NULL REFERENCES captures (id) ON DELETE CASCADE,
+		idx INTEGER NOT NULL,
+		name TEXT NOT NULL,
+		content_type TEXT NOT NULL,
+		size INTEGER NOT NULL,
+		sha256 TEXT NOT NULL,
+		blob TEXT,
+		PRIMARY KEY (capture_id, idx),
+		UNIQUE (capture_id, name))`,
+	`CREATE INDEX IF NOT EXISTS parts_blob ON parts (blob) WHERE blob IS NOT NULL`,
+	`CREATE TABLE IF NOT EXISTS blobs (
+		addr TEXT PRIMARY KEY,
+		refs INTEGER NOT NULL CHECK (refs >= 0),
+		created_at INTEGER NOT NULL)`,
+	`CREATE TABLE IF NOT EXISTS tenant_holds (
+		tenant TEXT PRIMARY KEY,
+		at INTEGER NOT NULL,
+		by TEXT NOT NULL,
+		reason TEXT NOT NULL)`,
+}
+
+// Open opens (creating it, mode 0700) the capture store in dir: the
+// database, the blob directories, the key when opts.KeyFile is set. It
+// removes temporary files left by a crash and imports captures left in
+// the layout of the former file-system store.
+func Open(dir string, opts Options) (*SQLite, error) {
+	s := &SQLite{dir: dir, log: opts.Log, noSync: opts.noSync}
+	if s.log == nil {
+		s.log = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	if opts.KeyFile != "" {
+		k, err := loadKeyFile(opts.KeyFile)
+		if err != nil {
+			return nil, err
+		}
+		s.keys = k
+	}
+	if err := s.makeDirs(); err != nil {
+		return nil, fmt.Errorf("creating the capture directory: %w", err)
+	}
+	q := url.Values{}
+	syncPragma := "synchronous(FULL)"
+	if s.noSync {
+		syncPragma = "synchronous(OFF)"
+	}
+	for _, p := range []string{"busy_timeout(" + strconv.Itoa(busyTimeoutMS) + ")", "journal_mode(WAL)", syncPragma, "foreign_keys(1)", "secure_delete(1)"} {
+		q.Add("_pragma", p)
+	}
+	path := "file:" + (&url.URL{Path: filepath.Join(dir, DBName)}).EscapedPath()
+	w := url.Values{}
+	for k, v := range q {
+		w[k] = v
+	}
+	w.Set("_txlock", "immediate")
+	var err error
+	if s.wdb, err = sql.Open("sqlite", path+"?"+w.Encode()); err != nil {
+		return nil, err
+	}
+	s.wdb.SetMaxOpenConns(1)
+	s.wdb.SetMaxIdleConns(1)
+	s.wdb.SetConnMaxLifetime(0)
+	s.wdb.SetConnMaxIdleTime(0)
+	if err := s.migrate(); err != nil {
+		s.Close()
+		return nil, fmt.Errorf("opening the capture database %s: %w", filepath.Join(dir, DBName), err)
+	}
+	if s.rdb, err = sql.Open("sqlite", path+"?"+q.Encode()); err != nil {
+		s.Close()
+		return nil, err
+	}
+	s.rdb.SetMaxOpenConns(8)
+	s.rdb.SetMaxIdleConns(8)
+	if err := s.checkKey(); err != nil {
+		s.Close()
+		return nil, err
+	}
+	if err := s.removeTemps(); err != nil {
+		s.Close()
+		return nil, fmt.Errorf("removing temporary blob files: %w", err)
+	}
+	if err := s.importLegacy(context.Background()); err != nil {
+		s.Close()
+		return nil, err
+	}
+	return s, nil
+}
+
+func (s *SQLite) makeDirs() error {
+	if err := os.MkdirAll(filepath.Join(s.dir, blobDir, tmpDir), 0o700); err != nil {
+		return err
+	}
+	for i := 0; i < 256; i++ {
+		if err := os.Mkdir(filepath.Join(s.dir, blobDir, fmt.Sprintf("%02x", i)), 0o700); err != nil && !os.IsExist(err) {
+			return err
+		}
+	}
+	lf, err := os.OpenFile(filepath.Join(s.dir, lockFile), os.O_RDONLY|os.O_CREATE, 0o600)
+	if err != nil {
+		return err
+	}
+	lf.Close()
+	// The shard directories' entries must be durable before a blob in one
+	// of them is referenced.
+	if err := s.syncDir(filepath.Join(s.dir, blobDir)); err != nil {
+		return err
+	}
+	return s.syncDir(s.dir)
+}
+
+func (s *SQLite) migrate() error {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	var v int
+	if err := s.wdb.QueryRowContext(ctx, `PRAGMA user_version`).Scan(&v); err != nil {
+		return err
+	}
+	if v > schemaVersion {
+		return fmt.Errorf("the database has schema version %d, newer than this sandboxd's %d", v, schemaVersion)
+	}
+	tx, err := s.wdb.BeginTx(ctx, nil)
+	if err != nil {
+		return err
+	}
+	defer tx.Rollback()
+	for _, stmt := range schema {
+		if _, err := tx.ExecContext(ctx, stmt); err != nil {
+			return fmt.Errorf("%w: %s", err, stmt)
+		}
+	}
+	if _, err := tx.ExecContext(ctx, fmt.Sprintf(`PRAGMA user_version = %d`, schemaVersion)); err != nil {
+		return err
+	}
+	return tx.Commit()
+}
+
+// checkKey records the store's encryption mode on first use and refuses a
+// key (or its absence) that does not match the mode of stored content.
+func (s *SQLite) checkKey() error {
+	cur := "none"
+	if s.keys != nil {
+		cur = "aes-256-gcm/" + s.keys.fingerprint
+	}
+	ctx := context.Background()
+	tx, err := s.wdb.BeginTx(ctx, nil)
+	if err != nil {
+		return err
+	}
+	defer tx.Rollback()
+	var stored string
+	err = tx.QueryRowContext(ctx, `SELECT value FROM settings WHERE name = 'encryption'`).Scan(&stored)
+	if err != nil && !errors.Is(err, sql.ErrNoRows) {
+		return err
+	}
+	if stored == cur {
+		return nil
+	}
+	if stored != "" {
+		var n int
+		if err := tx.QueryRowContext(ctx, `SELECT (SELECT count(*) FROM captures) + (SELECT count(*) FROM blobs)`).Scan(&n); err != nil {
+			return err
+		}
+		if n > 0 {
+			where := filepath.Join(s.dir, DBName)
+			storedFP, _ := strings.CutPrefix(stored, "aes-256-gcm/")
+			switch {
+			case stored == "none":
+				return fmt.Errorf("%w: the capture store %s holds unencrypted captures and cannot take a key file; open it without one, or start a new capture directory", ErrKey, where)
+			case s.keys == nil:
+				return fmt.Errorf("%w: the capture store %s is encrypted (key %s); give its key file", ErrKey, where, storedFP)
+			default:
+				return fmt.Errorf("%w: the key file is not the key the capture store %s is encrypted with (the store's key is %s, the file's %s)", ErrKey, where, storedFP, s.keys.fingerprint)
+			}
+		}
+	}
+	if _, err := tx.ExecContext(ctx, `INSERT INTO settings (name, value) VALUES ('encryption', ?)
+		ON CONFLICT (name) DO UPDATE SET value = excluded.value`, cur); err != nil {
+		return err
+	}
+	return tx.Commit()
+}
+
+// Dir returns the directory.
+func (s *SQLite) Dir() string { return s.dir }
+
+// Encrypted reports whether the store was opened with a key.
+func (s *SQLite) Encrypted() bool { return s.keys != nil }
+
+// Close closes the database.
+func (s *SQLite) Close() error {
+	var errs []error
+	for _, db := range []*sql.DB{s.rdb, s.wdb} {
+		if db != nil {
+			errs = append(errs, db.Close())
+		}
+	}
+	return errors.Join(errs...)
+}
+
+func nanos(t time.Time) int64 {
+	if t.IsZero() {
+		return 0
+	}
+	return t.UnixNano()
+}
+
+func fromNanos(v int64) time.Time {
+	if v == 0 {
+		return time.Time{}
+	}
+	return time.Unix(0, v).UTC()
+}
+
+// sealMeta returns the Meta column: JSON, or with encryption 0x01, a nonce
+// and the AES-GCM sealed JSON bound to the capture id.
+func (s *SQLite) sealMeta(id string, m map[string]string) ([]byte, error) {
+	if len(m) == 0 {
+		return nil, nil
+	}
+	js, err := json.Marshal(m)
+	if err != nil {
+		return nil, err
+	}
+	if s.keys == nil {
+		return js, nil
+	}
+	ns := s.keys.aead.NonceSize()
+	out := make([]byte, 1+ns, 1+ns+len(js)+s.keys.aead.Overhead())
+	out[0] = 1
+	if _, err := rand.Read(out[1:]); err != nil {
+		return nil, err
+	}
+	return s.keys.aead.Seal(out, out[1:], js, []byte("capture meta "+id)), nil
+}
+
+func (s *SQLite) openMeta(id string, b []byte) (map[string]string, error) {
+	if len(b) == 0 {
+		return nil, nil
+	}
+	if b[0] == 1 {
+		if s.keys == nil {
+			return nil, fmt.Errorf("%w: capture %s has encrypted metadata and the store was opened without a key", ErrKey, id)
+		}
+		ns := s.keys.aead.NonceSize()
+		if len(b) < 1+ns {
+			return nil, fmt.Errorf("%w: capture %s: metadata truncated", ErrCorrupt, id)
+		}
+		js, err := s.keys.aead.Open(nil, b[1:1+ns], b[1+ns:], []byte("capture meta "+id))
+		if err != nil {
+			return nil, fmt.Errorf("%w: capture %s: metadata fails authentication", ErrCorrupt, id)
+		}
+		b = js
+	} else if s.keys != nil {
+		return nil, fmt.Errorf("%w: capture %s: unencrypted metadata in an encrypted store", ErrCorrupt, id)
+	}
+	var m map[string]string
+	if err := json.Unmarshal(b, &m); err != nil {
+		return nil, fmt.Errorf("%w: capture %s: metadata: %v", ErrCorrupt, id, err)
+	}
+	return m, nil
+}
+
+// Put implements Store. A capture of a held tenant is held from the start
+// (the tenant hold covers future captures); c.Hold, c.TenantHold and
+// c.Erased are not stored.
+func (s *SQLite) Put(ctx context.Context, c *Capture) error {
+	if c.ID == "" {
+		c.ID = NewID()
+	}
+	if c.CreatedAt.IsZero() {
+		c.CreatedAt = time.Now()
+	}
+	c.CreatedAt = c.CreatedAt.Round(0).UTC()
+	if err := check(c); err != nil {
+		return err
+	}
+	c.ExpiresAt = time.Time{}
+	if c.Retention > 0 {
+		c.ExpiresAt = c.CreatedAt.Add(c.Retention)
+	}
+	addrs := make([]string, len(c.Parts))
+	for i := range c.Parts {
+		p := &c.Parts[i]
+		sum := sha256.Sum256(p.Data)
+		p.Size, p.SHA256 = int64(len(p.Data)), fmt.Sprintf("%x", sum)
+		addrs[i] = s.keys.address(p.Data, sum)
+	}
+	meta, err := s.sealMeta(c.ID, c.Meta)
+	if err != nil {
+		return err
+	}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	unlock, err := s.blobLock(false)
+	if err != nil {
+		return err
+	}
+	defer unlock()
+	if err := s.writeBlobs(c, addrs); err != nil {
+		return fmt.Errorf("storing capture %s: %w", c.ID, err)
+	}
+	if err := hook("blobs-synced"); err != nil {
+		return err
+	}
+	tx, err := s.wdb.BeginTx(ctx, nil)
+	if err != nil {
+		return fmt.Errorf("storing capture %s: %w", c.ID, err)
+	}
+	defer tx.Rollback()
+	var exists int
+	if err := tx.QueryRowContext(ctx, `SELECT EXISTS (SELECT 1 FROM captures WHERE id = ?)`, c.ID).Scan(&exists); err != nil {
+		return fmt.Errorf("storing capture %s: %w", c.ID, err)
+	}
+	if exists != 0 {
+		return fmt.Errorf("storing capture %s: %w", c.ID, ErrExists)
+	}
+	if _, err := tx.ExecContext(ctx, `INSERT INTO captures (id, kind, tenant, key_id, request_id, created_at, retention, expires_at, meta, state)
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, 'live')`,
+		c.ID, c.Kind, c.Tenant, c.KeyID, c.RequestID, nanos(c.CreatedAt), int64(c.Retention), nanos(c.ExpiresAt), meta); err != nil {
+		return fmt.Errorf("storing capture %s: %w", c.ID, err)
+	}
+	now := time.Now().UnixNano()
+	for i, p := range c.Parts {
+		if _, err := tx.ExecContext(ctx, `INSERT INTO blobs (addr, refs, created_at) VALUES (?, 1, ?)
+			ON CONFLICT (addr) DO UPDATE SET refs = refs + 1`, addrs[i], now); err != nil {
+			return fmt.Errorf("storing capture %s: %w", c.ID, err)
+		}
+		if _, err := tx.ExecContext(ctx, `INSERT INTO parts (capture_id, idx, name, content_type, size, sha256, blob) VALUES (?, ?, ?, ?, ?, ?, ?)`,
+			c.ID, i, p.Name, p.ContentType, p.Size, p.SHA256, addrs[i]); err != nil {
+			return fmt.Errorf("storing capture %s: %w", c.ID, err)
+		}
+	}
+	if err := hook("before-commit"); err != nil {
+		return err
+	}
+	if err := tx.Commit(); err != nil {
+		return fmt.Errorf("storing capture %s: %w", c.ID, err)
+	}
+	return nil
+}
+
+// writeBlobs makes sure each part's blob is on disk, durably: a blob file
+// that exists and decodes to the part is shared, any other is (re)written.
+// Each blob to write is encoded, written, synced, renamed and its shard
+// directory synced in a goroutine of its own, so that the syncs overlap.
+// The caller holds the blob lock shared.
+func (s *SQLite) writeBlobs(c *Capture, addrs []string) error {
+	type job struct {
+		addr string
+		data []byte
+	}
+	var jobs []job
+	seen := map[string]bool{}
+	for i, p := range c.Parts {
+		a := addrs[i]
+		if seen[a] {
+			continue
+		}
+		seen[a] = true
+		if _, err := s.readBlob(a, p.Size, p.SHA256); err == nil {
+			continue
+		}
+		jobs = append(jobs, job{a, p.Data})
+	}
+	errs := make([]error, len(jobs))
+	var wg sync.WaitGroup
+	for i, j := range jobs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			content, err := s.keys.encodeBlob(j.data, j.addr)
+			if err == nil {
+				err = s.writeBlob(j.addr, content)
+			}
+			if err == nil {
+				err = s.syncDir(s.shardDir(j.addr))
+			}
+			errs[i] = err
+		}()
+	}
+	wg.Wait()
+	return errors.Join(errs...)
+}
+
+const capCols = `c.id, c.kind, c.tenant, c.key_id, c.request_id, c.created_at, c.retention, c.expires_at, c.meta, c.state,
+	c.erased_at, c.erased_by, c.erase_reason, c.held, c.hold_at, c.hold_by, c.hold_reason, h.at, h.by, h.reason
+	FROM captures c LEFT JOIN tenant_holds h ON h.tenant = c.tenant`
+
+func (s *SQLite) scanCapture(row interface{ Scan(...any) error }) (*Capture, error) {
+	c := &Capture{}
+	var created, retention, expires, erasedAt, held, holdAt int64
+	var meta []byte
+	var state, erasedBy, eraseReason, holdBy, holdReason string
+	var thAt sql.NullInt64
+	var thBy, thReason sql.NullString
+	if err := row.Scan(&c.ID, &c.Kind, &c.Tenant, &c.KeyID, &c.RequestID, &created, &retention, &expires, &meta, &state,
+		&erasedAt, &erasedBy, &eraseReason, &held, &holdAt, &holdBy, &holdReason, &thAt, &thBy, &thReason); err != nil {
+		if errors.Is(err, sql.ErrNoRows) {
+			return nil, ErrNotFound
+		}
+		return nil, err
+	}
+	c.CreatedAt, c.Retention, c.ExpiresAt = fromNanos(created), time.Duration(retention), fromNanos(expires)
+	if state == "erased" {
+		c.Erased = &Erasure{By: erasedBy, Reason: eraseReason, At: fromNanos(erasedAt)}
+	}
+	if held != 0 {
+		c.Hold = &Hold{By: holdBy, Reason: holdReason, At: fromNanos(holdAt)}
+	}
+	if thAt.Valid {
+		c.TenantHold = &Hold{By: thBy.String, Reason: thReason.String, At: fromNanos(thAt.Int64)}
+	}
+	m, err := s.openMeta(c.ID, meta)
+	if err != nil {
+		return nil, err
+	}
+	c.Meta = m
+	return c, nil
+}
+
+// partRow is a part as stored, with its blob address ("" once erased).
+type partRow struct {
+	Part
+	blob string
+}
+
+func queryParts(ctx context.Context, q interface {
+	QueryContext(context.Context, string, ...any) (*sql.Rows, error)
+}, id string) ([]partRow, error) {
+	rows, err := q.QueryContext(ctx, `SELECT name, content_type, size, sha256, blob FROM parts WHERE capture_id = ? ORDER BY idx`, id)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []partRow
+	for rows.Next() {
+		var p partRow
+		var blob sql.NullString
+		if err := rows.Scan(&p.Name, &p.ContentType, &p.Size, &p.SHA256, &blob); err != nil {
+			return nil, err
+		}
+		p.blob = blob.String
+		out = append(out, p)
+	}
+	return out, rows.Err()
+}
+
+// Get implements Store.
+func (s *SQLite) Get(ctx context.Context, id string) (*Capture, error) {
+	if !ValidID(id) {
+		return nil, ErrNotFound
+	}
+	// The shared lock keeps the blobs of the rows read below on disk.
+	unlock, err := s.blobLock(false)
+	if err != nil {
+		return nil, err
+	}
+	defer unlock()
+	tx, err := s.rdb.BeginTx(ctx, &sql.TxOptions{ReadOnly: true})
+	if err != nil {
+		return nil, err
+	}
+	defer tx.Rollback()
+	c, err := s.scanCapture(tx.QueryRowContext(ctx, `SELECT `+capCols+` WHERE c.id = ?`, id))
+	if err != nil {
+		if errors.Is(err, ErrNotFound) {
+			return nil, err
+		}
+		return nil, fmt.Errorf("reading capture %s: %w", id, err)
+	}
+	parts, err := queryParts(ctx, tx, id)
+	if err != nil {
+		return nil, fmt.Errorf("reading capture %s: %w", id, err)
+	}
+	if err := tx.Rollback(); err != nil {
+		return nil, err
+	}
+	c.Parts = make([]Part, len(parts))
+	for i, p := range parts {
+		c.Parts[i] = p.Part
+		if c.Erased != nil || p.blob == "" {
+			continue
+		}
+		data, err := s.readBlob(p.blob, p.Size, p.SHA256)
+		if err != nil {
+			return nil, fmt.Errorf("capture %s: part %s: %w", id, p.Name, err)
+		}
+		c.Parts[i].Data = data
+	}
+	return c, nil
+}
+
+// heldIn reports whether capture id is held (itself or its tenant), and
+// whether it is erased, in a transaction; ErrNotFound if there is none.
+func heldIn(ctx context.Context, tx *sql.Tx, id string) (held, erased bool, tenant string, err error) {
+	var h, th int
+	var state string
+	err = tx.QueryRowContext(ctx, `SELECT c.held, EXISTS (SELECT 1 FROM tenant_holds h WHERE h.tenant = c.tenant), c.state, c.tenant
+		FROM captures c WHERE c.id = ?`, id).Scan(&h, &th, &state, &tenant)
+	if errors.Is(err, sql.ErrNoRows) {
+		return false, false, "", ErrNotFound
+	}
+	return h != 0 || th != 0, state == "erased", tenant, err
+}
+
+// unref drops the blob references of capture id's parts and deletes the
+// blob rows left without references, returning their addresses (whose
+// files the caller removes after the commit).
+func unref(ctx context.Context, tx *sql.Tx, id string) ([]string, error) {
+	parts, err := queryParts(ctx, tx, id)
+	if err != nil {
+		return nil, err
+	}
+	var zero []string
+	for _, p := range parts {
+		if p.blob == "" {
+			continue
+		}
+		var refs int64
+		err := tx.QueryRowContext(ctx, `UPDATE blobs SET refs = refs - 1 WHERE addr = ? RETURNING refs`, p.blob).Scan(&refs)
+		if errors.Is(err, sql.ErrNoRows) {
+			// A reference without a row: the file is still to be
+			// checked (removeBlobs finds no reference and removes it).
+			zero = append(zero, p.blob)
+			continue
+		}
+		if err != nil {
+			return nil, err
+		}
+		if refs == 0 {
+			if _, err := tx.ExecContext(ctx, `DELETE FROM blobs WHERE addr = ? AND refs = 0`, p.blob); err != nil {
+				return nil, err
+			}
+			zero = append(zero, p.blob)
+		}
+	}
+	if _, err := tx.ExecContext(ctx, `UPDATE parts SET blob = NULL WHERE capture_id = ?`, id); err != nil {
+		return nil, err
+	}
+	return zero, nil
+}
+
+// Delete implements Store: the capture goes with no tombstone (a hard
+// delete, for tests and tools; reviewers use Erase). It refuses a held
+// capture with ErrHeld. An erased capture's tombstone can be deleted.
+func (s *SQLite) Delete(ctx context.Context, id string) error {
+	if !ValidID(id) {
+		return ErrNotFound
+	}
+	tx, err := s.wdb.BeginTx(ctx, nil)
+	if err != nil {
+		return err
+	}
+	defer tx.Rollback()
+	held, _, _, err := heldIn(ctx, tx, id)
+	if err != nil {
+		return err
+	}
+	if held {
+		return fmt.Errorf("deleting capture %s: %w", id, ErrHeld)
+	}
+	zero, err := unref(ctx, tx, id)
+	if err != nil {
+		return fmt.Errorf("deleting capture %s: %w", id, err)
+	}
+	if _, err := tx.ExecContext(ctx, `DELETE FROM captures WHERE id = ?`, id); err != nil {
+		return fmt.Errorf("deleting capture %s: %w", id, err)
+	}
+	if err := hook("delete-before-commit"); err != nil {
+		return err
+	}
+	if err := tx.Commit(); err != nil {
+		return fmt.Errorf("deleting capture %s: %w", id, err)
+	}
+	if err := hook("delete-committed"); err != nil {
+		return err
+	}
+	_, err = s.removeBlobs(ctx, zero)
+	return err
+}
+
+// Erase implements Forensics. The tombstone keeps the capture's id,
+// tenant, key, request, kind, times and its parts' names, types, sizes and
+// digests; the content and Meta (URLs) go. Erasing an erased capture
+// returns ErrErased. by must be set.
+func (s *SQLite) Erase(ctx context.Context, id, by, reason string) error {
+	if strings.TrimSpace(by) == "" {
+		return errors.New("erasing a capture: say who erases it (by)")
+	}
+	if !ValidID(id) {
+		return ErrNotFound
+	}
+	tx, err := s.wdb.BeginTx(ctx, nil)
+	if err != nil {
+		return err
+	}
+	defer tx.Rollback()
+	held, erased, _, err := heldIn(ctx, tx, id)
+	switch {
+	case err != nil:
+		return err
+	case erased:
+		return fmt.Errorf("erasing capture %s: %w", id, ErrErased)
+	case held:
+		return fmt.Errorf("erasing capture %s: %w", id, ErrHeld)
+	}
+	zero, err := unref(ctx, tx, id)
+	if err != nil {
+		return fmt.Errorf("erasing capture %s: %w", id, err)
+	}
+	if _, err := tx.ExecContext(ctx, `UPDATE captures SET state = 'erased', meta = NULL, erased_at = ?, erased_by = ?, erase_reason = ? WHERE id = ?`,
+		time.Now().UnixNano(), by, reason, id); err != nil {
+		return fmt.Errorf("erasing capture %s: %w", id, err)
+	}
+	if err := tx.Commit(); err != nil {
+		return fmt.Errorf("erasing capture %s: %w", id, err)
+	}
+	if err := hook("erase-committed"); err != nil {
+		return err
+	}
+	if _, err := s.removeBlobs(ctx, zero); err != nil {
+		return fmt.Errorf("capture %s is erased, but removing its blob files failed (GC retries): %w", id, err)
+	}
+	return nil
+}
+
+// SetHold implements Forensics. Placing a hold on an erased capture
+// returns ErrErased; placing one again replaces who, when and why; lifting
+// one that is not there does nothing. by must be set.
+func (s *SQLite) SetHold(ctx context.Context, id string, on bool, by, reason string) error {
+	if strings.TrimSpace(by) == "" {
+		return errors.New("setting a capture hold: say who sets it (by)")
+	}
+	if !ValidID(id) {
+		return ErrNotFound
+	}
+	tx, err := s.wdb.BeginTx(ctx, nil)
+	if err != nil {
+		return err
+	}
+	defer tx.Rollback()
+	var state string
+	err = tx.QueryRowContext(ctx, `SELECT state FROM captures WHERE id = ?`, id).Scan(&state)
+	if errors.Is(err, sql.ErrNoRows) {
+		return ErrNotFound
+	}
+	if err != nil {
+		return err
+	}
+	if on {
+		if state == "erased" {
+			return fmt.Errorf("holding capture %s: %w", id, ErrErased)
+		}
+		_, err = tx.ExecContext(ctx, `UPDATE captures SET held = 1, hold_at = ?, hold_by = ?, hold_reason = ? WHERE id = ?`, time.Now().UnixNano(), by, reason, id)
+	} else {
+		_, err = tx.ExecContext(ctx, `UPDATE captures SET held = 0, hold_at = 0, hold_by = '', hold_reason = '' WHERE id = ?`, id)
+	}
+	if err != nil {
+		return err
+	}
+	return tx.Commit()
+}
+
+// SetTenantHold implements Forensics: the hold covers every capture of the
+// tenant, stored or to come, until lifted. by must be set.
+func (s *SQLite) SetTenantHold(ctx context.Context, tenant string, on bool, by, reason string) error {
+	if strings.TrimSpace(by) == "" {
+		return errors.New("setting a tenant hold: say who sets it (by)")
+	}
+	if tenant == "" {
+		return errors.New("setting a tenant hold: no tenant")
+	}
+	var err error
+	if on {
+		_, err = s.wdb.ExecContext(ctx, `INSERT INTO tenant_holds (tenant, at, by, reason) VALUES (?, ?, ?, ?)
+			ON CONFLICT (tenant) DO UPDATE SET at = excluded.at, by = excluded.by, reason = excluded.reason`, tenant, time.Now().UnixNano(), by, reason)
+	} else {
+		_, err = s.wdb.ExecContext(ctx, `DELETE FROM tenant_holds WHERE tenant = ?`, tenant)
+	}
+	return err
+}
+
+// TenantHolds returns the tenants under a hold.
+func (s *SQLite) TenantHolds(ctx context.Context) (map[string]Hold, error) {
+	rows, err := s.rdb.QueryContext(ctx, `SELECT tenant, at, by, reason FROM tenant_holds`)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	out := map[string]Hold{}
+	for rows.Next() {
+		var t string
+		var h Hold
+		var at int64
+		if err := rows.Scan(&t, &at, &h.By, &h.Reason); err != nil {
+			return nil, err
+		}
+		h.At = fromNanos(at)
+		out[t] = h
+	}
+	return out, rows.Err()
+}
+
+// sweepBatch bounds the captures one Sweep transaction deletes.
+var sweepBatch = 200
+
+// Sweep implements Forensics: it deletes (without tombstones) the live
+// captures whose ExpiresAt is at or before now and that are not held,
+// in transactions of up to 200, and returns each one deleted. On an error
+// the slice still lists what was deleted before it. Tombstones of erased
+// captures are kept.
+func (s *SQLite) Sweep(ctx context.Context, now time.Time) ([]Swept, error) {
+	var out []Swept
+	for {
+		batch, zero, err := s.sweepOnce(ctx, now)
+		out = append(out, batch...)
+		if err != nil {
+			return out, err
+		}
+		if _, err := s.removeBlobs(ctx, zero); err != nil {
+			return out, fmt.Errorf("swept captures' blob files (GC retries): %w", err)
+		}
+		if len(batch) < sweepBatch {
+			return out, nil
+		}
+	}
+}
+
+func (s *SQLite) sweepOnce(ctx context.Context, now time.Time) ([]Swept, []string, error) {
+	tx, err := s.wdb.BeginTx(ctx, nil)
+	if err != nil {
+		return nil, nil, err
+	}
+	defer tx.Rollback()
+	rows, err := tx.QueryContext(ctx, `SELECT id, tenant, kind, created_at, expires_at FROM captures c
+		WHERE expires_at > 0 AND expires_at <= ? AND state = 'live' AND held = 0
+			AND NOT EXISTS (SELECT 1 FROM tenant_holds h WHERE h.tenant = c.tenant)
+		ORDER BY expires_at LIMIT ?`, now.UnixNano(), sweepBatch)
+	if err != nil {
+		return nil, nil, err
+	}
+	var batch []Swept
+	for rows.Next() {
+		var w Swept
+		var created, expires int64
+		if err := rows.Scan(&w.ID, &w.Tenant, &w.Kind, &created, &expires); err != nil {
+			rows.Close()
+			return nil, nil, err
+		}
+		w.CreatedAt, w.ExpiresAt = fromNanos(created), fromNanos(expires)
+		batch = append(batch, w)
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return nil, nil, err
+	}
+	var zero []string
+	for _, w := range batch {
+		z, err := unref(ctx, tx, w.ID)
+		if err != nil {
+			return nil, nil, err
+		}
+		zero = append(zero, z...)
+		if _, err := tx.ExecContext(ctx, `DELETE FROM captures WHERE id = ?`, w.ID); err != nil {
+			return nil, nil, err
+		}
+	}
+	if len(batch) == 0 {
+		return nil, nil, nil
+	}
+	if err := tx.Commit(); err != nil {
+		return nil, nil, err
+	}
+	return batch, zero, nil
+}
+
+// List implements Forensics: captures (erased ones' tombstones too) whose
+// CreatedAt is in [Since, Until), newest first, metadata only.
+func (s *SQLite) List(ctx context.Context, f Filter) ([]Capture, string, error) {
+	limit := f.Limit
+	if limit <= 0 {
+		limit = 100
+	}
+	limit = min(limit, 1000)
+	var where []string
+	var args []any
+	if f.Tenant != "" {
+		where, args = append(where, "c.tenant = ?"), append(args, f.Tenant)
+	}
+	if f.Kind != "" {
+		where, args = append(where, "c.kind = ?"), append(args, f.Kind)
+	}
+	if !f.Since.IsZero() {
+		where, args = append(where, "c.created_at >= ?"), append(args, f.Since.UnixNano())
+	}
+	if !f.Until.IsZero() {
+		where, args = append(where, "c.created_at < ?"), append(args, f.Until.UnixNano())
+	}
+	if f.Cursor != "" {
+		at, id, err := parseCursor(f.Cursor)
+		if err != nil {
+			return nil, "", err
+		}
+		where = append(where, "(c.created_at < ? OR (c.created_at = ? AND c.id < ?))")
+		args = append(args, at, at, id)
+	}
+	q := `SELECT ` + capCols
+	if len(where) > 0 {
+		q += ` WHERE ` + strings.Join(where, " AND ")
+	}
+	q += ` ORDER BY c.created_at DESC, c.id DESC LIMIT ?`
+	args = append(args, limit+1)
+	tx, err := s.rdb.BeginTx(ctx, &sql.TxOptions{ReadOnly: true})
+	if err != nil {
+		return nil, "", err
+	}
+	defer tx.Rollback()
+	rows, err := tx.QueryContext(ctx, q, args...)
+	if err != nil {
+		return nil, "", err
+	}
+	var out []Capture
+	for rows.Next() {
+		c, err := s.scanCapture(rows)
+		if err != nil {
+			rows.Close()
+			return nil, "", err
+		}
+		out = append(out, *c)
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return nil, "", err
+	}
+	next := ""
+	if len(out) > limit {
+		out = out[:limit]
+		last := out[limit-1]
+		next = makeCursor(last.CreatedAt.UnixNano(), last.ID)
+	}
+	for i := range out {
+		parts, err := queryParts(ctx, tx, out[i].ID)
+		if err != nil {
+			return nil, "", err
+		}
+		out[i].Parts = make([]Part, len(parts))
+		for j, p := range parts {
+			out[i].Parts[j] = p.Part
+		}
+	}
+	return out, next, nil
+}
+
+func makeCursor(at int64, id string) string {
+	return base64.RawURLEncoding.EncodeToString([]byte(strconv.FormatInt(at, 10) + "." + id))
+}
+
+func parseCursor(c string) (int64, string, error) {
+	b, err := base64.RawURLEncoding.DecodeString(c)
+	if err == nil {
+		if at, id, ok := strings.Cut(string(b), "."); ok && ValidID(id) {
+			if n, err := strconv.ParseInt(at, 10, 64); err == nil {
+				return n, id, nil
+			}
+		}
+	}
+	return 0, "", fmt.Errorf("capture list cursor %q is not one List returned", c)
+}
+
+var (
+	_ Store     = (*SQLite)(nil)
+	_ Forensics = (*SQLite)(nil)
+)
