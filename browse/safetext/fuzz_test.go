@@ -19,6 +19,14 @@ const (
 	scriptToken2 = "SCRIPTTOKENQX2"
 )
 
+// Hidden elements planted before the fuzzed page, and their tokens.
+const hiddenPlants = `<div hidden>HIDTOKENA</div><p style="display:none">HIDTOKENB</p>` +
+	`<span style="font-size:0">HIDTOKENC</span><span class="sr-only">HIDTOKEND</span>` +
+	`<p style="color:transparent">HIDTOKENE</p><div aria-hidden="true">HIDTOKENF</div>` +
+	`<img alt="HIDTOKENG" width="0"><p style="position:absolute;left:-9999px">HIDTOKENH</p>`
+
+var hiddenTokens = []string{"HIDTOKENA", "HIDTOKENB", "HIDTOKENC", "HIDTOKEND", "HIDTOKENE", "HIDTOKENF", "HIDTOKENG", "HIDTOKENH"}
+
 var fuzzSeeds = []string{
 	"",
 	"<p>hello</p>",
@@ -114,7 +122,7 @@ func FuzzHTML(f *testing.F) {
 		if len(page) > 1<<20 {
 			return
 		}
-		doc := "<script>" + scriptToken1 + "</script>" + page + "<script>var t='" + scriptToken2 + "'</script>"
+		doc := "<script>" + scriptToken1 + "</script>" + hiddenPlants + page + "<script>var t='" + scriptToken2 + "'</script>"
 		o := Options{BaseURL: base, MaxOutput: 1 << 16}
 		if md {
 			o.Format = "markdown"
@@ -132,6 +140,12 @@ func FuzzHTML(f *testing.F) {
 			checkFuzzOutput(t, l, maxURLLen)
 			if !strings.HasPrefix(l, "http://") && !strings.HasPrefix(l, "https://") || strings.ContainsAny(l, "?# ()<>") {
 				t.Fatalf("bad link target %q", l)
+			}
+		}
+		// Hidden elements before the page stay hidden whatever follows.
+		for _, tok := range hiddenTokens {
+			if !strings.Contains(page, tok) && strings.Contains(strings.ReplaceAll(p.Text+p.Title, `\`, ""), tok) {
+				t.Fatalf("hidden content %s in output: %q", tok, p.Text)
 			}
 		}
 		if !strings.Contains(page, scriptToken1) && strings.Contains(p.Text+p.Title, scriptToken1) {
