@@ -30,9 +30,14 @@ func benchOpts(b *testing.B, enc bool) Options {
 }
 
 func BenchmarkPut100KiB(b *testing.B) {
-	for _, enc := range []bool{false, true} {
-		b.Run(fmt.Sprint("encrypted=", enc), func(b *testing.B) {
-			s := openDurable(b, b.TempDir(), benchOpts(b, enc))
+	for _, tc := range []struct {
+		name     string
+		enc, dur bool
+	}{{"encrypted=false", false, true}, {"encrypted=true", true, true}, {"encrypted=true,no-fsync(CPU-cost-only)", true, false}} {
+		b.Run(tc.name, func(b *testing.B) {
+			opts := benchOpts(b, tc.enc)
+			opts.noSync = !tc.dur
+			s := openDurable(b, b.TempDir(), opts)
 			caps := make([]*Capture, b.N)
 			for i := range caps {
 				caps[i] = benchCapture(i)

@@ -193,6 +193,17 @@ func (s *SQLite) writeBlob(addr string, content []byte) error {
 	if err := f.Close(); err != nil {
 		return err
 	}
+	if _, durable := s.shards.Load(addr[:2]); !durable {
+		// The shard directory's first blob (since Open): make the
+		// directory if need be, and its entry durable.
+		if err := os.Mkdir(s.shardDir(addr), 0o700); err != nil && !errors.Is(err, fs.ErrExist) {
+			return err
+		}
+		if err := s.syncDir(filepath.Join(s.dir, blobDir)); err != nil {
+			return err
+		}
+		s.shards.Store(addr[:2], true)
+	}
 	if err := os.Rename(tmp, s.blobPath(addr)); err != nil {
 		return err
 	}
@@ -221,10 +232,24 @@ func (s *SQLite) readBlob(addr string, size int64, sum string) ([]byte, error) {
 // writing) it and committing its reference, and no reader finds a file
 // gone that its row names. Each call opens the lock file anew: flock locks
 // belong to open file descriptions, so two calls of one process exclude
-// each other as two processes do.
+// each other as two processes do. In the process, s.mu is taken first: it
+// prefers writers, so a stream of Puts does not keep a removal waiting.
 func (s *SQLite) blobLock(exclusive bool) (func(), error) {
+	if exclusive {
+		s.mu.Lock()
+	} else {
+		s.mu.RLock()
+	}
+	release := func() {
+		if exclusive {
+			s.mu.Unlock()
+		} else {
+			s.mu.RUnlock()
+		}
+	}
 	f, err := os.Open(filepath.Join(s.dir, lockFile))
 	if err != nil {
+		release()
 		return nil, fmt.Errorf("opening the capture lock: %w", err)
 	}
 	how := syscall.LOCK_SH
@@ -239,9 +264,13 @@ func (s *SQLite) blobLock(exclusive bool) (func(), error) {
 	}
 	if err != nil {
 		f.Close()
+		release()
 		return nil, fmt.Errorf("locking the capture lock: %w", err)
 	}
-	return func() { f.Close() }, nil
+	return func() {
+		f.Close()
+		release()
+	}, nil
 }
 
 // referenced reports whether a blob row or a part names addr.
@@ -309,6 +338,9 @@ func (s *SQLite) GC(ctx context.Context) (int, error) {
 	for i := 0; i < 256; i++ {
 		shard := fmt.Sprintf("%02x", i)
 		entries, err := os.ReadDir(filepath.Join(s.dir, blobDir, shard))
+		if errors.Is(err, fs.ErrNotExist) {
+			continue
+		}
 		if err != nil {
 			return removed, err
 		}

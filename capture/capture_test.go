@@ -668,6 +668,28 @@ func TestConcurrentPutsErasesAndGets(t *testing.T) {
 	kept := map[string][]byte{}
 	var wg sync.WaitGroup
 	errs := make(chan error, 100)
+	// GC and Sweep run all along: GC sees each new blob before its Put
+	// commits, and must not remove it.
+	stop := make(chan struct{})
+	gcDone := make(chan struct{})
+	go func() {
+		defer close(gcDone)
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			if _, err := s2.GC(bg); err != nil {
+				errs <- fmt.Errorf("GC: %w", err)
+				return
+			}
+			if _, err := s.Sweep(bg, time.Now()); err != nil {
+				errs <- fmt.Errorf("Sweep: %w", err)
+				return
+			}
+		}
+	}()
 	for g := range 8 {
 		wg.Add(1)
 		go func() {
@@ -701,7 +723,37 @@ func TestConcurrentPutsErasesAndGets(t *testing.T) {
 			}
 		}()
 	}
+	// Captures that come and go with one shared content: its blob's count
+	// keeps falling to 0 while other Puts take it up again.
+	for g := range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			st := s
+			if g%2 == 1 {
+				st = s2
+			}
+			cycle := []byte("a body that captures share and drop")
+			for range 20 {
+				c := &Capture{Kind: "exec", Parts: []Part{{Name: "stdout", Data: cycle}}}
+				if err := st.Put(bg, c); err != nil {
+					errs <- err
+					return
+				}
+				if got, err := st.Get(bg, c.ID); err != nil || !bytes.Equal(got.Part("stdout").Data, cycle) {
+					errs <- fmt.Errorf("Get after Put of the cycling content: %v", err)
+					return
+				}
+				if err := st.Erase(bg, c.ID, "rev", ""); err != nil {
+					errs <- err
+					return
+				}
+			}
+		}()
+	}
 	wg.Wait()
+	close(stop)
+	<-gcDone
 	close(errs)
 	for err := range errs {
 		t.Fatal(err)

@@ -84,7 +84,10 @@ func TestInterruptedPutLeavesNoCapture(t *testing.T) {
 	}
 	// GC leaves files it does not know alone.
 	stray := filepath.Join(dir, blobDir, "ab", "README")
-	os.WriteFile(stray, []byte("x"), 0o600)
+	os.MkdirAll(filepath.Dir(stray), 0o700)
+	if err := os.WriteFile(stray, []byte("x"), 0o600); err != nil {
+		t.Fatal(err)
+	}
 	if _, err := s.GC(bg); err != nil {
 		t.Fatal(err)
 	}

@@ -34,7 +34,8 @@ import (
 //	                          settings (schema and encryption mode)
 //	captures.lock             the blob lock (see blobLock); always empty
 //	blobs/00 .. blobs/ff      blob files, blobs/ab/cdef... for the address
-//	                          abcdef... (64 hex digits)
+//	                          abcdef... (64 hex digits); a shard directory
+//	                          is made with its first blob
 //	blobs/tmp                 blob writes in progress (removed at Open)
 //
 // A blob's address is the sha256 of the content, or HMAC-SHA256 of it
@@ -74,6 +75,9 @@ type SQLite struct {
 	rdb  *sql.DB // readers (WAL lets them run beside the writer)
 	keys *keys   // nil: no encryption
 	log  *slog.Logger
+	mu   sync.RWMutex // in-process side of the blob lock
+	// shards holds the shard directories known to be durable.
+	shards sync.Map
 	// noSync (tests only) skips every fsync: fast, not durable.
 	noSync bool
 }
@@ -217,18 +221,22 @@ func (s *SQLite) makeDirs() error {
 	if err := os.MkdirAll(filepath.Join(s.dir, blobDir, tmpDir), 0o700); err != nil {
 		return err
 	}
-	for i := 0; i < 256; i++ {
-		if err := os.Mkdir(filepath.Join(s.dir, blobDir, fmt.Sprintf("%02x", i)), 0o700); err != nil && !os.IsExist(err) {
-			return err
-		}
-	}
 	lf, err := os.OpenFile(filepath.Join(s.dir, lockFile), os.O_RDONLY|os.O_CREATE, 0o600)
 	if err != nil {
 		return err
 	}
 	lf.Close()
-	// The shard directories' entries must be durable before a blob in one
-	// of them is referenced.
+	// Shard directories (blobs/ab) are made by the first blob written to
+	// each; those that exist are durable once blobs is synced.
+	entries, err := os.ReadDir(filepath.Join(s.dir, blobDir))
+	if err != nil {
+		return err
+	}
+	for _, e := range entries {
+		if e.IsDir() && len(e.Name()) == 2 && validAddr(e.Name()+strings.Repeat("0", 62)) {
+			s.shards.Store(e.Name(), true)
+		}
+	}
 	if err := s.syncDir(filepath.Join(s.dir, blobDir)); err != nil {
 		return err
 	}
@@ -691,6 +699,9 @@ func (s *SQLite) Delete(ctx context.Context, id string) error {
 	if err != nil {
 		return fmt.Errorf("deleting capture %s: %w", id, err)
 	}
+	if _, err := tx.ExecContext(ctx, `DELETE FROM parts WHERE capture_id = ?`, id); err != nil {
+		return fmt.Errorf("deleting capture %s: %w", id, err)
+	}
 	if _, err := tx.ExecContext(ctx, `DELETE FROM captures WHERE id = ?`, id); err != nil {
 		return fmt.Errorf("deleting capture %s: %w", id, err)
 	}
@@ -889,6 +900,9 @@ func (s *SQLite) sweepOnce(ctx context.Context, now time.Time) ([]Swept, []strin
 			return nil, nil, err
 		}
 		zero = append(zero, z...)
+		if _, err := tx.ExecContext(ctx, `DELETE FROM parts WHERE capture_id = ?`, w.ID); err != nil {
+			return nil, nil, err
+		}
 		if _, err := tx.ExecContext(ctx, `DELETE FROM captures WHERE id = ?`, w.ID); err != nil {
 			return nil, nil, err
 		}
