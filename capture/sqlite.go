@@ -48,7 +48,8 @@ import (
 // Durability and crash safety. The database runs in WAL mode with
 // synchronous=FULL: a commit has reached the disk when it returns. Put
 // writes each new blob to a temporary file, syncs it, renames it to its
-// address and syncs the blob directory, all before the transaction that
+// address and syncs its shard directory (and blobs, for a new shard), all
+// before the transaction that
 // references it commits: a committed capture never names a blob that is
 // not durably on disk, and a Put interrupted at any point leaves no
 // capture (at most an orphan blob or a temporary file). Removing content
