@@ -69,6 +69,9 @@ func (s *Server) freeze(c echo.Context) error {
 		return &Error{Status: http.StatusInternalServerError, Code: CodeInternal,
 			Message: "sandboxd is frozen now, but the store failed to record it, so the freeze would not survive a restart; retry the request"}
 	}
+	if err := s.auditAdmin(c, "freeze", "", req.Reason, map[string]string{"kill_running": fmt.Sprint(req.KillRunning), "killed": fmt.Sprint(resp.Killed)}); err != nil {
+		return err
+	}
 	return c.JSON(http.StatusOK, resp)
 }
 
@@ -83,6 +86,9 @@ func (s *Server) unfreeze(c echo.Context) error {
 	}
 	s.ctl.frozen.Store(st)
 	requestLogger(c, s.log).Warn("sandboxd unfrozen", "by", key.ID)
+	if err := s.auditAdmin(c, "unfreeze", "", "", nil); err != nil {
+		return err
+	}
 	return c.JSON(http.StatusOK, FreezeResponse{FreezeState: *st})
 }
 

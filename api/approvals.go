@@ -171,6 +171,9 @@ func (s *Server) decideApproval(c echo.Context) error {
 	if err != nil {
 		return approvalError(id, err)
 	}
+	if err := s.auditAdmin(c, "approval_"+body.Decision, id, body.Reason, map[string]string{"ttl": body.TTL}); err != nil {
+		return err
+	}
 	return c.JSON(http.StatusOK, approvalView(after, s.approvals.Now()))
 }
 

@@ -182,6 +182,9 @@ func (s *Server) controlRoutes(e *echo.Echo) {
 func (s *Server) Close() error {
 	s.ctl.stopJanitor()
 	<-s.ctl.janitorDone
+	if s.ownsAudit {
+		_ = s.audit.Close()
+	}
 	if s.ctl.ownsDB {
 		return s.ctl.store.Close()
 	}

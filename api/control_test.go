@@ -42,6 +42,8 @@ const (
 	keyAgent = "sbx_agent_acme_0123456789"
 	keyOther = "sbx_agent_other_012345678"
 	keyAdmin = "sbx_admin_ops_01234567890"
+	keyRev   = "sbx_reviewer_acme_0123456"
+	keySec   = "sbx_security_other_01234"
 )
 
 var ctlSet = sync.OnceValues(func() (*profiles.Set, error) { return profiles.Load("../profiles") })
@@ -52,7 +54,9 @@ func ring(t testing.TB) *auth.Keyring {
   - {id: agent-1, tenant: acme, key: %s, roles: [agent]}
   - {id: other-1, tenant: other, key: %s, roles: [agent]}
   - {id: ops-1, tenant: ops, key: %s, roles: [admin]}
-`, keyAgent, keyOther, keyAdmin)), 0o600)
+  - {id: rev-1, tenant: acme, key: %s, roles: [reviewer]}
+  - {id: sec-1, tenant: other, key: %s, roles: [security]}
+`, keyAgent, keyOther, keyAdmin, keyRev, keySec)), 0o600)
 	r, _, err := auth.LoadFile(p)
 	if err != nil {
 		t.Fatal(err)

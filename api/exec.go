@@ -143,10 +143,22 @@ func (s *Server) exec(c echo.Context) error {
 		j.log = j.log.With("session", session)
 	}
 	j.call, j.reqHash = fingerprints(&req, session)
+	j.meta, j.started = metaOf(c), time.Now()
+	j.meta.session = session
 	if idemKey != "" {
 		return s.execIdempotent(c, j)
 	}
-	return s.send(c, s.admitAndRun(c, j))
+	return s.send(c, s.admitRunAudit(c, j))
+}
+
+// admitRunAudit admits and runs the job and writes its audit record before
+// the answer goes out (an async exec's record is written when it ends).
+func (s *Server) admitRunAudit(c echo.Context, j *execJob) *answer {
+	a := s.admitAndRun(c, j)
+	if a.status == http.StatusAccepted {
+		return a
+	}
+	return s.auditExec(j, a)
 }
 
 // admitAndRun applies the kill switch, the loop guard and the budgets, then
@@ -199,7 +211,7 @@ func (s *Server) admitAndRun(c echo.Context, j *execJob) *answer {
 		return errAnswer(&Error{Status: http.StatusServiceUnavailable, Code: CodeUnavailable, Message: "the store failed to record the exec; retry later"})
 	}
 	go func() {
-		a := s.run(live, j)
+		a := s.auditExec(j, s.run(live, j))
 		s.saveAsync(j, rec, a)
 		s.endLive(live) // after the result is stored: shutdown waits for it
 	}()

@@ -36,6 +36,9 @@ type execJob struct {
 	origTimeout   int64
 	ticket        *budget.Ticket
 	log           *slog.Logger
+	// meta and started are for the audit record.
+	meta    auditMeta
+	started time.Time
 }
 
 // answer is an exec's HTTP answer, kept as bytes so that it can be stored

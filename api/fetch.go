@@ -21,6 +21,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/labstack/echo/v4"
 
+	"github.com/sandboxd/sandboxd/audit"
 	"github.com/sandboxd/sandboxd/auth"
 	"github.com/sandboxd/sandboxd/browse"
 	"github.com/sandboxd/sandboxd/browse/safetext"
@@ -100,6 +101,8 @@ type fetchJob struct {
 	call, reqHash string
 	requestID     string
 	log           *slog.Logger
+	meta          auditMeta
+	started       time.Time
 }
 
 func (s *Server) fetchRoutes(e *echo.Echo) {
@@ -136,6 +139,8 @@ func (s *Server) fetch(c echo.Context) error {
 		j.log = j.log.With("session", session)
 	}
 	j.call, j.reqHash = fetchFingerprints(&req, session)
+	j.meta, j.started = metaOf(c), time.Now()
+	j.meta.session = session
 	if idemKey != "" {
 		j.log = j.log.With("idempotency_key_sha256", shortHash(idemKey))
 		ic := &idemCall{kind: "fetch", tenant: key.Tenant, key: idemKey, reqHash: j.reqHash, id: id, log: j.log}
@@ -200,30 +205,48 @@ func fetchFingerprints(req *FetchRequest, session string) (call, request string)
 	return call, hex.EncodeToString(h[:])
 }
 
-// runFetch runs a checked fetch; every outcome is an answer.
+// runFetch runs a checked fetch and writes its audit record before the
+// answer goes out; every outcome is an answer.
 func (s *Server) runFetch(c echo.Context, j *fetchJob) *answer {
+	o := s.fetchOnce(c, j)
+	return s.auditFetch(j, o.res, o.a, o.resp, o.captureID)
+}
+
+// fetchOutcome is what fetchOnce did.
+type fetchOutcome struct {
+	a         *answer
+	res       *browse.Result
+	resp      *FetchResponse
+	captureID string
+}
+
+func (s *Server) fetchOnce(c echo.Context, j *fetchJob) (o fetchOutcome) {
 	m := s.ctl.metrics
 	if st := s.ctl.frozen.Load(); st.Frozen {
-		return errAnswer(s.refusal(&Error{Status: http.StatusServiceUnavailable, Code: CodeFrozen,
+		o.a = errAnswer(s.refusal(&Error{Status: http.StatusServiceUnavailable, Code: CodeFrozen,
 			Message: fmt.Sprintf("sandboxd is frozen by an operator (since %s, by %s%s): no fetch runs until it is unfrozen", st.Since.Format(time.RFC3339), st.By, reasonSuffix(st.Reason))}))
+		return o
 	}
 	tenant := j.key.Tenant
 	lim := s.ctl.limits.Limits(tenant)
 	guardKey := tenant + "\x00" + j.session
 	if j.session != "" {
 		if refuse, n := s.ctl.guard.Check(guardKey, j.call, lim.LoopRepeats); refuse {
-			return errAnswer(s.refusal(&Error{Status: http.StatusConflict, Code: CodeLoopDetected,
+			o.a = errAnswer(s.refusal(&Error{Status: http.StatusConflict, Code: CodeLoopDetected,
 				Message: fmt.Sprintf("session %s fetched this same URL the same way %d times in a row and got the same page each time; fetching it again will not change it. Use what you have, or fetch a different page", j.session, n)}))
+			return o
 		}
 	}
 	ctx := c.Request().Context()
 	allowance, r, err := s.ctl.limits.FetchAllowance(ctx, tenant, j.session)
 	if err != nil {
 		j.log.Error("budget check failed", "err", err)
-		return errAnswer(&Error{Status: http.StatusServiceUnavailable, Code: CodeUnavailable, Message: "the usage store failed; retry later"})
+		o.a = errAnswer(&Error{Status: http.StatusServiceUnavailable, Code: CodeUnavailable, Message: "the usage store failed; retry later"})
+		return o
 	}
 	if r != nil {
-		return errAnswer(s.budgetError(r))
+		o.a = errAnswer(s.budgetError(r))
+		return o
 	}
 	maxBytes := j.req.MaxBytes
 	if allowance >= 0 && (maxBytes == 0 || allowance < maxBytes) {
@@ -247,12 +270,14 @@ func (s *Server) runFetch(c echo.Context, j *fetchJob) *answer {
 		s.ctl.limits.ChargeFetch(context.WithoutCancel(ctx), tenant, j.session, res.BytesReceived)
 	}
 	m.FetchSeconds.Observe(time.Since(begin).Seconds())
+	o.res = res
 	if err != nil {
 		var fe *browse.Error
 		if !errors.As(err, &fe) {
 			j.log.Error("fetch failed", "err", err)
 			m.Fetches.WithLabelValues(j.profile.Name, "internal").Inc()
-			return errAnswer(&Error{Status: http.StatusInternalServerError, Code: CodeInternal, Message: "internal error; the request id in X-Request-Id helps the operator find it in the log"})
+			o.a = errAnswer(&Error{Status: http.StatusInternalServerError, Code: CodeInternal, Message: "internal error; the request id in X-Request-Id helps the operator find it in the log"})
+			return o
 		}
 		m.Fetches.WithLabelValues(j.profile.Name, strings.ToLower(fe.Code)).Inc()
 		e := &Error{Status: fe.Status, Code: fe.Code, Message: redactString(s.redactor(j.profile), fe.Message)}
@@ -269,18 +294,22 @@ func (s *Server) runFetch(c echo.Context, j *fetchJob) *answer {
 		// Once a request went upstream, a keyed retry gets this answer
 		// rather than fetching again.
 		a.keep = res != nil && len(res.Hops) > 0 && res.Hops[0].Decision.Allow
-		return a
+		o.a = a
+		return o
 	}
 
 	resp, capt, err := s.fetchResponse(j, res)
 	if err != nil {
 		var ae *Error
 		if errors.As(err, &ae) {
-			return errAnswer(ae)
+			o.a = errAnswer(ae)
+			return o
 		}
 		j.log.Error("storing the fetch capture failed", "err", err)
 		m.Fetches.WithLabelValues(j.profile.Name, "failed").Inc()
-		return errAnswer(&Error{Status: http.StatusServiceUnavailable, Code: CodeUnavailable, Message: "the capture store failed, so the page is not returned (every returned page is captured for review); retry later"})
+		o.a = errAnswer(&Error{Status: http.StatusServiceUnavailable, Code: CodeUnavailable, Message: "the capture store failed, so the page is not returned (every returned page is captured for review); retry later"})
+		o.a.keep = true // the page was fetched: a keyed retry does not fetch it again
+		return o
 	}
 	m.Fetches.WithLabelValues(j.profile.Name, "ok").Inc()
 	for typ, n := range resp.Redactions {
@@ -292,7 +321,9 @@ func (s *Server) runFetch(c echo.Context, j *fetchJob) *answer {
 	}
 	j.log.Info("fetch done", "status", resp.Status, "hops", len(res.Hops), "bytes_received", res.BytesReceived,
 		"content_type", res.MediaType, "truncated", resp.Truncated, "capture_id", resp.CaptureID, "redactions", redactionTotal(resp.Redactions))
-	return &answer{status: http.StatusOK, body: marshalLine(resp), keep: true}
+	o.resp, o.captureID = resp, resp.CaptureID
+	o.a = &answer{status: http.StatusOK, body: marshalLine(resp), keep: true}
+	return o
 }
 
 func hopsOf(r *browse.Result) []browse.Hop {
@@ -355,7 +386,7 @@ func (s *Server) fetchResponse(j *fetchJob, res *browse.Result) (*FetchResponse,
 		resp.Redactions = map[string]int{}
 	}
 
-	capt := &capture.Capture{Kind: "fetch", Tenant: j.key.Tenant, KeyID: j.key.ID, RequestID: j.requestID,
+	capt := &capture.Capture{Kind: "fetch", Tenant: j.key.Tenant, KeyID: j.key.ID, RequestID: j.requestID, Retention: days(j.profile.CaptureRetentionDays),
 		Meta: map[string]string{
 			"fetch_id": j.id, "url": j.req.URL, "final_url": res.FinalURL, "status": fmt.Sprint(res.Status),
 			"content_type": res.ContentType, "charset": res.Charset, "egress_profile": j.profile.Name,
@@ -447,8 +478,17 @@ func (s *Server) execRedactor(p *profiles.Exec) *redact.Redactor {
 	return s.cachedRedactor("exec:"+p.Version, p.Name, p.Redact)
 }
 
-// initFetch sets up POST /fetch: the fetcher and the capture store.
+// initFetch sets up POST /fetch: the fetcher, the capture store and the
+// audit log.
 func (s *Server) initFetch() {
+	s.audit = s.cfg.Audit
+	if s.audit == nil {
+		l, err := audit.Open("")
+		if err != nil {
+			panic("api: opening an in-memory audit log: " + err.Error())
+		}
+		s.audit, s.ownsAudit = l, true
+	}
 	s.redactors = map[string]*redact.Redactor{}
 	s.fetcher = s.cfg.Fetcher
 	if s.fetcher == nil {

@@ -57,7 +57,7 @@ type idemCall struct {
 func (s *Server) execIdempotent(c echo.Context, j *execJob) error {
 	j.log = j.log.With("idempotency_key_sha256", shortHash(j.idemKey))
 	ic := &idemCall{kind: "exec", tenant: j.key.Tenant, key: j.idemKey, reqHash: j.reqHash, id: j.id, log: j.log}
-	return s.idempotent(c, ic, func() *answer { return s.admitAndRun(c, j) })
+	return s.idempotent(c, ic, func() *answer { return s.admitRunAudit(c, j) })
 }
 
 // idempotent serves a request with an Idempotency-Key: the first request

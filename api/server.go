@@ -21,6 +21,7 @@ import (
 	"github.com/labstack/echo/v4"
 
 	"github.com/sandboxd/sandboxd/admit"
+	"github.com/sandboxd/sandboxd/audit"
 	"github.com/sandboxd/sandboxd/auth"
 	"github.com/sandboxd/sandboxd/browse"
 	"github.com/sandboxd/sandboxd/capture"
@@ -70,6 +71,9 @@ type Config struct {
 	// Captures stores fetch captures; nil: a capture.FS under
 	// DataDir/captures.
 	Captures capture.Store
+	// Audit is the audit log every exec, fetch and admin action is
+	// appended to before its answer; nil: a private in-memory log.
+	Audit audit.Log
 }
 
 // Server serves the HTTP API.
@@ -82,6 +86,8 @@ type Server struct {
 	approvals *approval.Service
 	fetcher   *browse.Fetcher
 	captures  capture.Store
+	audit     audit.Log
+	ownsAudit bool
 
 	redactMu  sync.Mutex
 	redactors map[string]*redact.Redactor // by egress profile version
@@ -115,6 +121,7 @@ func New(cfg Config) *Server {
 	s.controlRoutes(e)
 	s.approvalRoutes(e)
 	s.fetchRoutes(e)
+	s.reviewRoutes(e)
 	s.echo = e
 	return s
 }

@@ -30,12 +30,15 @@ const (
 	// RoleAdmin may do everything, and so holds every role.
 	RoleAdmin = "admin"
 	// RoleSecurity may read the loaded profiles and evaluate egress
-	// decisions (GET /profiles, POST /profiles/{name}/evaluate).
+	// decisions (GET /profiles, POST /profiles/{name}/evaluate), and
+	// everything a reviewer may, and put holds on and erase captures.
 	RoleSecurity = "security"
+	// RoleReviewer may read the audit log and captures of its tenant.
+	RoleReviewer = "reviewer"
 )
 
 // knownRoles lists the roles a keys file may grant, sorted.
-var knownRoles = []string{RoleAdmin, RoleAgent, RoleSecurity}
+var knownRoles = []string{RoleAdmin, RoleAgent, RoleReviewer, RoleSecurity}
 
 // KeyPrefix starts every key that Generate makes, so that a leaked key is
 // easy to recognise (e.g. by secret scanners).
@@ -49,9 +52,11 @@ type Key struct {
 	Roles  []string
 }
 
-// Has reports whether k holds role. An admin key holds every role.
+// Has reports whether k holds role. An admin key holds every role; a
+// security key also holds reviewer.
 func (k *Key) Has(role string) bool {
-	return slices.Contains(k.Roles, role) || slices.Contains(k.Roles, RoleAdmin)
+	return slices.Contains(k.Roles, role) || slices.Contains(k.Roles, RoleAdmin) ||
+		role == RoleReviewer && slices.Contains(k.Roles, RoleSecurity)
 }
 
 // Keyring is a set of API keys, held as sha256 hashes. It is read-only

@@ -94,6 +94,9 @@ type Profile struct {
 	// Redact adds secret patterns to the built-in ones for what POST /fetch
 	// returns under this profile (redact.Rule: type, keywords, regex).
 	Redact []redact.Rule `yaml:"redact"`
+	// CaptureRetentionDays is how long a fetch's capture is kept; 0 keeps
+	// it until it is erased.
+	CaptureRetentionDays int64 `yaml:"capture_retention_days"`
 
 	// Version is the sha256 (hex) of the normalised profile; set by Compile.
 	Version string `yaml:"-"`
@@ -134,14 +137,19 @@ const (
 // and no rules (it denies everything).
 func Defaults() Profile {
 	return Profile{
-		Mode:              ModeEnforce,
-		MaxResponseBytes:  DefaultMaxResponseBytes,
-		MaxRequestBytes:   DefaultMaxRequestBytes,
-		ConnectTimeout:    DefaultConnectTimeout,
-		TotalTimeout:      DefaultTotalTimeout,
-		RequestsPerMinute: DefaultRequestsPerMinute,
+		Mode:                 ModeEnforce,
+		MaxResponseBytes:     DefaultMaxResponseBytes,
+		MaxRequestBytes:      DefaultMaxRequestBytes,
+		ConnectTimeout:       DefaultConnectTimeout,
+		TotalTimeout:         DefaultTotalTimeout,
+		RequestsPerMinute:    DefaultRequestsPerMinute,
+		CaptureRetentionDays: DefaultCaptureRetentionDays,
 	}
 }
+
+// DefaultCaptureRetentionDays is how long fetch captures are kept when a
+// profile does not say.
+const DefaultCaptureRetentionDays = 30
 
 // None returns the compiled built-in profile "none": no rules, deny
 // everything. Exec profiles use it by default.
@@ -255,6 +263,9 @@ func (p *Profile) Compile() error {
 		if err := r.Validate(); err != nil {
 			return fieldErr(fmt.Sprintf("redact[%d]", i), "%v", err)
 		}
+	}
+	if v := p.CaptureRetentionDays; v < 0 || v > 3650 {
+		return fieldErr("capture_retention_days", "capture_retention_days is %d; allowed is 0 (keep until erased) to 3650", v)
 	}
 	if v := p.MaxResponseBytes; v < MinResponseBytes || v > MaxResponseBytes {
 		return fieldErr("max_response_bytes", "max_response_bytes is %d; allowed is %d to %d (1 GiB)", v, MinResponseBytes, MaxResponseBytes)
@@ -374,21 +385,22 @@ func (p *Profile) Compiled() bool { return p != nil && p.compiled != nil }
 // does not compile otherwise, so a new field cannot be left out of the
 // version) with JSON names fixed here.
 type profileCanon struct {
-	Name              string        `json:"name"`
-	Description       string        `json:"description"`
-	Mode              Mode          `json:"mode"`
-	Allow             []Rule        `json:"allow"`
-	Deny              []Rule        `json:"deny"`
-	AllowCIDRs        []string      `json:"allow_cidrs"`
-	MaxResponseBytes  int64         `json:"max_response_bytes"`
-	MaxRequestBytes   int64         `json:"max_request_bytes"`
-	ConnectTimeout    time.Duration `json:"connect_timeout_ns"`
-	TotalTimeout      time.Duration `json:"total_timeout_ns"`
-	RequestsPerMinute int           `json:"requests_per_minute"`
-	Redact            []redact.Rule `json:"redact"`
-	Version           string        `json:"-"`
-	Source            string        `json:"-"`
-	compiled          *compiled
+	Name                 string        `json:"name"`
+	Description          string        `json:"description"`
+	Mode                 Mode          `json:"mode"`
+	Allow                []Rule        `json:"allow"`
+	Deny                 []Rule        `json:"deny"`
+	AllowCIDRs           []string      `json:"allow_cidrs"`
+	MaxResponseBytes     int64         `json:"max_response_bytes"`
+	MaxRequestBytes      int64         `json:"max_request_bytes"`
+	ConnectTimeout       time.Duration `json:"connect_timeout_ns"`
+	TotalTimeout         time.Duration `json:"total_timeout_ns"`
+	RequestsPerMinute    int           `json:"requests_per_minute"`
+	Redact               []redact.Rule `json:"redact"`
+	CaptureRetentionDays int64         `json:"capture_retention_days"`
+	Version              string        `json:"-"`
+	Source               string        `json:"-"`
+	compiled             *compiled
 }
 
 // version is the sha256 (hex) of the profile's values after defaults and

@@ -190,25 +190,26 @@ func unwrapPath(err error) error {
 // not compile otherwise, so a new field cannot be left out of the version)
 // with JSON names fixed here, independent of any tags Exec may grow.
 type execCanon struct {
-	Name          string        `json:"name"`
-	Description   string        `json:"description"`
-	Image         string        `json:"image"`
-	Runtime       string        `json:"runtime"`
-	User          string        `json:"user"`
-	Seccomp       string        `json:"seccomp"`
-	Egress        string        `json:"egress"`
-	Limits        Limits        `json:"limits"`
-	Files         FileLimits    `json:"files"`
-	MaxCodeBytes  int64         `json:"max_code_bytes"`
-	MaxStdinBytes int64         `json:"max_stdin_bytes"`
-	Nofile        int64         `json:"nofile"`
-	FileSizeMB    int64         `json:"file_size_mb"`
-	ShmMB         int64         `json:"shm_mb"`
-	Preload       []string      `json:"preload,omitempty"`
-	Redact        []redact.Rule `json:"redact,omitempty"`
-	Version       string        `json:"-"`
-	SeccompJSON   []byte        `json:"-"`
-	Source        string        `json:"-"`
+	Name                 string        `json:"name"`
+	Description          string        `json:"description"`
+	Image                string        `json:"image"`
+	Runtime              string        `json:"runtime"`
+	User                 string        `json:"user"`
+	Seccomp              string        `json:"seccomp"`
+	Egress               string        `json:"egress"`
+	Limits               Limits        `json:"limits"`
+	Files                FileLimits    `json:"files"`
+	MaxCodeBytes         int64         `json:"max_code_bytes"`
+	MaxStdinBytes        int64         `json:"max_stdin_bytes"`
+	Nofile               int64         `json:"nofile"`
+	FileSizeMB           int64         `json:"file_size_mb"`
+	ShmMB                int64         `json:"shm_mb"`
+	Preload              []string      `json:"preload,omitempty"`
+	Redact               []redact.Rule `json:"redact,omitempty"`
+	CaptureRetentionDays int64         `json:"capture_retention_days"`
+	Version              string        `json:"-"`
+	SeccompJSON          []byte        `json:"-"`
+	Source               string        `json:"-"`
 }
 
 // version is the sha256 (hex) of the profile's values after defaults,

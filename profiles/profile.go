@@ -65,6 +65,9 @@ type Exec struct {
 	// Redact adds secret patterns to the built-in ones for what an exec
 	// returns under this profile (stdout, stderr, returned text files).
 	Redact []redact.Rule `yaml:"redact"`
+	// CaptureRetentionDays is how long an exec's capture (code, input,
+	// outputs) is kept; 0 keeps it until it is erased.
+	CaptureRetentionDays int64 `yaml:"capture_retention_days"`
 
 	// Version is the sha256 (hex) of the profile's normalised content,
 	// including the seccomp filter it names. Set by the loader.

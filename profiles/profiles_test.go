@@ -61,7 +61,7 @@ var builtinDefaults = Exec{
 	Files: FileLimits{
 		MaxInputBytes: 16 << 20, MaxInputCount: 100, MaxOutputFileBytes: 8 << 20, MaxOutputTotalBytes: 16 << 20, MaxOutputCount: 100,
 	},
-	MaxCodeBytes: 1048576, MaxStdinBytes: 1048576, Nofile: 256, FileSizeMB: 64, ShmMB: 16,
+	MaxCodeBytes: 1048576, MaxStdinBytes: 1048576, Nofile: 256, FileSizeMB: 64, ShmMB: 16, CaptureRetentionDays: 30,
 }
 
 // withoutLoaderFields returns e with the fields the loader sets cleared.

@@ -59,13 +59,18 @@ func defaultExec() Exec {
 			MaxOutputTotalBytes: 16 * mib,
 			MaxOutputCount:      100,
 		},
-		MaxCodeBytes:  1 * mib,
-		MaxStdinBytes: 1 * mib,
-		Nofile:        256,
-		FileSizeMB:    64,
-		ShmMB:         16,
+		MaxCodeBytes:         1 * mib,
+		MaxStdinBytes:        1 * mib,
+		Nofile:               256,
+		FileSizeMB:           64,
+		ShmMB:                16,
+		CaptureRetentionDays: DefaultRetentionDays,
 	}
 }
+
+// DefaultRetentionDays is how long captures are kept when a profile does
+// not say.
+const DefaultRetentionDays = 30
 
 // intRule is the allowed range of one integer field, named by its YAML path.
 type intRule struct {
@@ -92,6 +97,7 @@ var intRules = []intRule{
 	{"nofile", 16, 65536, "", func(e *Exec) int64 { return e.Nofile }},
 	{"file_size_mb", 1, 4096, "MiB", func(e *Exec) int64 { return e.FileSizeMB }},
 	{"shm_mb", 1, 1024, "MiB", func(e *Exec) int64 { return e.ShmMB }},
+	{"capture_retention_days", 0, 3650, "days", func(e *Exec) int64 { return e.CaptureRetentionDays }},
 }
 
 const maxCPUs = 64

@@ -32,6 +32,7 @@ type fetchEnv struct {
 	t      *testing.T
 	base   string
 	key    string
+	rev    string // a reviewer key of the same tenant
 	data   string
 	log    *syncBuffer
 	upPort int
@@ -102,9 +103,12 @@ redact:
     regex: 'TKT-[0-9]{6}'
 `, e.upPort, apiPort))
 	e.key = "sbxtest_" + strconv.FormatInt(time.Now().UnixNano(), 16)
+	e.rev = e.key + "rev"
 	sum := sha256.Sum256([]byte(e.key))
+	revSum := sha256.Sum256([]byte(e.rev))
 	keys := filepath.Join(tmp, "keys.yaml")
-	writeFile(t, keys, fmt.Sprintf("keys:\n  - id: agent-1\n    tenant: acme\n    key_sha256: %s\n    roles: [agent]\n", hex.EncodeToString(sum[:])))
+	writeFile(t, keys, fmt.Sprintf("keys:\n  - id: agent-1\n    tenant: acme\n    key_sha256: %s\n    roles: [agent]\n  - id: rev-1\n    tenant: acme\n    key_sha256: %s\n    roles: [reviewer]\n",
+		hex.EncodeToString(sum[:]), hex.EncodeToString(revSum[:])))
 	e.data = filepath.Join(tmp, "data")
 	listening := make(chan string, 1)
 	stop := make(chan struct{})
@@ -168,6 +172,22 @@ func (e *fetchEnv) post(path string, body any) (int, map[string]any, []byte) {
 	return resp.StatusCode, m, raw
 }
 
+func (e *fetchEnv) get(key, path string, want int) ([]byte, http.Header) {
+	e.t.Helper()
+	req, _ := http.NewRequest(http.MethodGet, e.base+path, nil)
+	req.Header.Set("Authorization", "Bearer "+key)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != want {
+		e.t.Fatalf("GET %s: %d, want %d: %s", path, resp.StatusCode, want, b)
+	}
+	return b, resp.Header
+}
+
 func TestFetchEndToEnd(t *testing.T) {
 	e := startFetchEnv(t)
 	page := fmt.Sprintf("http://news.sandboxd.test:%d/article", e.upPort)
@@ -195,11 +215,24 @@ func TestFetchEndToEnd(t *testing.T) {
 	if resp.Title != "Café news" || !resp.Untrusted || !strings.Contains(resp.Content, `nonce="`+resp.Nonce+`"`) || len(resp.Redactions) == 0 {
 		t.Fatalf("response: %+v", resp)
 	}
-	// The capture is on disk under the data dir, and holds the gzip bytes.
-	capDir := filepath.Join(e.data, "captures", resp.CaptureID[4:6], resp.CaptureID)
-	rawCap, err := os.ReadFile(filepath.Join(capDir, "raw"))
-	if err != nil || len(rawCap) < 2 || rawCap[0] != 0x1f || rawCap[1] != 0x8b {
-		t.Fatalf("raw capture: %v % x", err, rawCap[:min(len(rawCap), 2)])
+	// The capture holds the gzip bytes as received; a reviewer reads them
+	// as an attachment that never renders; the agent cannot read them.
+	rawCap, hdr := e.get(e.rev, "/captures/"+resp.CaptureID+"/raw?part=raw", 200)
+	if len(rawCap) < 2 || rawCap[0] != 0x1f || rawCap[1] != 0x8b || hdr.Get("Content-Type") != "application/octet-stream" ||
+		!strings.HasPrefix(hdr.Get("Content-Disposition"), "attachment") || hdr.Get("X-Content-Type-Options") != "nosniff" ||
+		!strings.Contains(hdr.Get("Content-Security-Policy"), "sandbox") {
+		t.Fatalf("raw capture: % x headers %v", rawCap[:min(len(rawCap), 2)], hdr)
+	}
+	e.get(e.key, "/captures/"+resp.CaptureID, 403)
+	// The fetch's audit record holds every hop's decision and the capture.
+	recs, _ := e.get(e.rev, "/audit?kind=fetch&subject="+resp.ID, 200)
+	var audits api.AuditPage
+	if err := json.Unmarshal(recs, &audits); err != nil || len(audits.Records) != 1 {
+		t.Fatalf("audit: %v %s", err, recs)
+	}
+	if r := audits.Records[0]; len(r.Egress) != 1 || r.Egress[0].Verdict != "allow" || r.Egress[0].IP != "127.0.0.1" || r.CaptureIDs[0] != resp.CaptureID ||
+		r.EgressProfile.Name != "pages" || r.Hosts[0] != "news.sandboxd.test" || r.Redactions["internal_ticket"] != 1 {
+		t.Fatalf("fetch record: %+v", r)
 	}
 	_ = body
 

@@ -28,8 +28,10 @@ import (
 
 	"github.com/sandboxd/sandboxd/admit"
 	"github.com/sandboxd/sandboxd/api"
+	"github.com/sandboxd/sandboxd/audit"
 	"github.com/sandboxd/sandboxd/auth"
 	"github.com/sandboxd/sandboxd/browse"
+	"github.com/sandboxd/sandboxd/capture"
 	"github.com/sandboxd/sandboxd/egress"
 	"github.com/sandboxd/sandboxd/egress/approval"
 	"github.com/sandboxd/sandboxd/profiles"
@@ -44,6 +46,7 @@ const usage = `usage:
   sandboxd serve [flags]          run the HTTP service (sandboxd serve -h lists the flags)
   sandboxd profiles check DIR     validate every profile under DIR
   sandboxd seccomp check [FILE]   compile a seccomp profile for this host (default profiles/seccomp/default.json)
+  sandboxd audit verify --data-dir DIR   walk the audit log's hash chain; exit 1 at the first break
   sandboxd version                print the version
 `
 
@@ -61,6 +64,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return serve(args[1:], stderr)
 	case "seccomp":
 		return seccompCmd(args[1:], stdout, stderr)
+	case "audit":
+		return auditCmd(args[1:], stdout, stderr)
 	case "profiles":
 		if len(args) != 3 || args[1] != "check" {
 			fmt.Fprint(stderr, "usage: sandboxd profiles check DIR\n")
@@ -107,6 +112,10 @@ type serveConfig struct {
 	// egress network's gateway (0: any free port).
 	profilesPoll time.Duration
 	egressPort   int
+	// captureKeyFile encrypts captures at rest; retentionEvery is how
+	// often expired captures are swept.
+	captureKeyFile string
+	retentionEvery time.Duration
 	// hooks are for tests; nil in the real command.
 	hooks *serveHooks
 }
@@ -178,6 +187,8 @@ func parseServe(args []string, stderr io.Writer) (*serveConfig, error) {
 	fs.StringVar(&c.logLevel, "log-level", envDefault("LOG_LEVEL", "info"), "debug, info, warn or error (env SANDBOXD_LOG_LEVEL)")
 	fs.DurationVar(&c.profilesPoll, "profiles-poll", envDuration("PROFILES_POLL", 3*time.Second), "how often the profiles dir is checked for changed files, which are then reloaded (SIGHUP reloads at once); 0 turns polling off (env SANDBOXD_PROFILES_POLL)")
 	fs.IntVar(&c.egressPort, "egress-port", envInt("EGRESS_PORT", 3128), "port of the egress proxy on the egress network's gateway, for exec profiles with network egress; 0 picks a free one (env SANDBOXD_EGRESS_PORT)")
+	fs.StringVar(&c.captureKeyFile, "capture-key-file", envDefault("CAPTURE_KEY_FILE", ""), "file with a 32-byte key (hex or base64, mode 0600) that encrypts captures at rest with AES-256-GCM; empty: unencrypted (env SANDBOXD_CAPTURE_KEY_FILE)")
+	fs.DurationVar(&c.retentionEvery, "retention-interval", envDuration("RETENTION_INTERVAL", time.Hour), "how often captures past their profile's capture_retention_days are deleted (each deletion is audited) (env SANDBOXD_RETENTION_INTERVAL)")
 	addControlFlags(fs, &c.ctl)
 	if err := fs.Parse(args); err != nil {
 		return nil, err
@@ -193,6 +204,9 @@ func parseServe(args []string, stderr io.Writer) (*serveConfig, error) {
 	}
 	if err := c.ctl.check(); err != nil {
 		return nil, err
+	}
+	if c.retentionEvery <= 0 {
+		return nil, errors.New("--retention-interval must be a positive duration")
 	}
 	if c.profilesPoll < 0 {
 		return nil, errors.New("--profiles-poll must be 0 (off) or a positive duration")
@@ -255,6 +269,16 @@ func serveWith(cfg *serveConfig, log *slog.Logger, console io.Writer) error {
 		return err
 	}
 	defer closeStore()
+	auditLog, err := audit.Open(dataDir)
+	if err != nil {
+		return fmt.Errorf("opening the audit log: %w", err)
+	}
+	defer auditLog.Close()
+	captures, err := capture.Open(filepath.Join(dataDir, "captures"), capture.Options{KeyFile: cfg.captureKeyFile, Log: log})
+	if err != nil {
+		return fmt.Errorf("opening the capture store: %w", err)
+	}
+	defer captures.Close()
 	instance := runner.InstanceID(dataDir)
 	eng, err := runner.New(log, instance)
 	if err != nil {
@@ -310,6 +334,7 @@ func serveWith(cfg *serveConfig, log *slog.Logger, console io.Writer) error {
 		eside.ensure(ctx, set)
 		eng.Warm(ctx, set)
 	})
+	rl.audit = auditLog
 	go rl.run(reloadCtx, cfg.profilesPoll, hup)
 
 	// POST /fetch decides with its own checker, which knows the API's
@@ -329,6 +354,8 @@ func serveWith(cfg *serveConfig, log *slog.Logger, console io.Writer) error {
 		Control:         ctl,
 		Approvals:       approvals,
 		Fetcher:         &browse.Fetcher{Checker: fetchChecker, Log: log, UserAgent: "sandboxd/" + version},
+		Audit:           auditLog,
+		Captures:        captures,
 	})
 	srv.Metrics().CounterFunc("sandboxd_reaper_removed_total", "Containers of this instance the reaper removed because no run owned them.",
 		func() float64 { return float64(eng.Reaped()) })
@@ -348,6 +375,10 @@ func serveWith(cfg *serveConfig, log *slog.Logger, console io.Writer) error {
 	log.Info("sandboxd listening", "addr", ln.Addr().String(), "version", version, "data_dir", dataDir,
 		"profiles", strings.Join(set.Names(), ","), "exec_versions", versions(set, false), "egress_versions", versions(set, true),
 		"max_runs", cfg.maxRuns, "queue", cfg.queue, "pool_size", cfg.poolSize)
+
+	sweepCtx, stopSweep := context.WithCancel(context.Background())
+	defer stopSweep()
+	go sweepLoop(sweepCtx, srv, cfg.retentionEvery, log)
 
 	serveErr := make(chan error, 1)
 	go func() { serveErr <- hs.Serve(ln) }()
@@ -370,6 +401,7 @@ func serveWith(cfg *serveConfig, log *slog.Logger, console io.Writer) error {
 	}
 	signal.Stop(sigs)
 	stopReload()
+	stopSweep()
 
 	// Stop accepting; let running jobs finish within the grace period; then
 	// kill what is left; then wait until every container is removed.
@@ -393,6 +425,27 @@ func serveWith(cfg *serveConfig, log *slog.Logger, console io.Writer) error {
 	}
 	log.Info("sandboxd stopped")
 	return nil
+}
+
+// sweepLoop deletes expired captures at start and every interval.
+func sweepLoop(ctx context.Context, srv *api.Server, every time.Duration, log *slog.Logger) {
+	if every <= 0 {
+		every = time.Hour
+	}
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		sctx, cancel := context.WithTimeout(ctx, 10*time.Minute)
+		if _, err := srv.SweepCaptures(sctx, time.Now()); err != nil && ctx.Err() == nil {
+			log.Error("retention sweep failed", "err", err)
+		}
+		cancel()
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
 }
 
 func loadKeys(path string, log *slog.Logger, console io.Writer) (*auth.Keyring, error) {

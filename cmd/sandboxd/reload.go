@@ -11,10 +11,12 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
+	"github.com/sandboxd/sandboxd/audit"
 	"github.com/sandboxd/sandboxd/profiles"
 )
 
@@ -32,6 +34,8 @@ type reloader struct {
 	// apply runs after a new set is in force (warm the pools, bring up
 	// the egress network if it is now needed).
 	apply func(old, set *profiles.Set)
+	// audit, when set, receives one record per reload attempt.
+	audit audit.Log
 
 	mu   sync.Mutex
 	last string // fingerprint of the files at the last attempt
@@ -120,10 +124,15 @@ func (r *reloader) reload(reason string, force bool) bool {
 			attrs = append(attrs, "exec_versions", versions(old, false), "egress_versions", versions(old, true))
 		}
 		r.log.Error("profile reload failed", attrs...)
+		r.record(&audit.Record{Kind: audit.KindProfileReload, Subject: r.dir, Status: "failed", Message: err.Error(),
+			Detail: map[string]string{"reason": reason}})
 		return false
 	}
 	r.cur.Store(set)
 	changed, added, removed := diffSets(old, set)
+	r.record(&audit.Record{Kind: audit.KindProfileReload, Subject: r.dir, Status: "ok", Detail: map[string]string{
+		"reason": reason, "changed": strings.Join(changed, ","), "added": strings.Join(added, ","), "removed": strings.Join(removed, ","),
+		"exec_versions": fmt.Sprint(versions(set, false)), "egress_versions": fmt.Sprint(versions(set, true))}})
 	r.log.Info("profiles reloaded", "reason", reason, "dir", r.dir,
 		"exec_versions", versions(set, false), "egress_versions", versions(set, true),
 		"changed", changed, "added", added, "removed", removed)
@@ -131,6 +140,19 @@ func (r *reloader) reload(reason string, force bool) bool {
 		r.apply(old, set)
 	}
 	return true
+}
+
+// record appends a reload's audit record; a failure is logged (the reload
+// itself stands).
+func (r *reloader) record(rec *audit.Record) {
+	if r.audit == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := r.audit.Append(ctx, rec); err != nil {
+		r.log.Error("writing the reload's audit record failed", "err", err)
+	}
 }
 
 // versions maps each profile name to the first 12 digits of its version.
