@@ -344,8 +344,10 @@ func TestIdempotentClientGoesAway(t *testing.T) {
 func TestIdempotentInterruptedByCrash(t *testing.T) {
 	f := newCtl(t, "", time.Second)
 	f.eng.block = make(chan struct{})
-	go f.exec(code1, "Idempotency-Key", "k-crash")
+	first := make(chan struct{})
+	go func() { f.exec(code1, "Idempotency-Key", "k-crash"); close(first) }()
 	f.waitRunning(1)
+	crashed := f.srv
 	f.crash()
 	f.start()
 	r := f.exec(code1, "Idempotency-Key", "k-crash")
@@ -355,7 +357,11 @@ func TestIdempotentInterruptedByCrash(t *testing.T) {
 	if n := f.runs(); n != 1 {
 		t.Fatalf("%d runs, want 1", n)
 	}
+	// The crashed server's run ends (and writes into the data dir) before
+	// the test's cleanup removes it.
 	close(f.eng.block)
+	<-first
+	crashed.Close()
 }
 
 func (r *reply) raw2() string { return string(r.raw) }
