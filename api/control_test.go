@@ -438,6 +438,7 @@ func TestAsyncResultAndRestart(t *testing.T) {
 	r = f.exec(`{"language":"python","code":"print(2)","async":true}`)
 	id2 := r.body["id"].(string)
 	f.waitRunning(1)
+	crashed := f.srv
 	f.crash()
 	f.start()
 	if g := f.getExec(id2, keyAgent); g.body["status"] != "interrupted" || !strings.Contains(g.raw2(), "not run again") {
@@ -446,7 +447,12 @@ func TestAsyncResultAndRestart(t *testing.T) {
 	if g := f.getExec(id, keyAgent); g.body["status"] != "ok" {
 		t.Fatalf("finished one after crash: %s", g.raw)
 	}
+	// The crashed server's run ends before cleanup removes the data dir.
 	close(f.eng.block)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	crashed.WaitRuns(ctx)
+	crashed.Close()
 }
 
 // A keyed async exec: the retry gets the same 202 and id.
