@@ -19,6 +19,9 @@ func decodeJSON(c echo.Context, maxBytes int64, v any) error {
 	// labels, and the body is parsed strictly as JSON whatever it says.
 	req := c.Request()
 	body := http.MaxBytesReader(c.Response(), req.Body, maxBytes)
+	if sch := requestBodySchema(c); sch != nil {
+		return decodeChecked(body, maxBytes, sch, v) // schema.go
+	}
 	return decodeJSONFrom(body, maxBytes, v)
 }
 

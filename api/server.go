@@ -121,6 +121,7 @@ func New(cfg Config) *Server {
 	s.controlRoutes(e)
 	s.approvalRoutes(e)
 	s.fetchRoutes(e)
+	s.agentRoutes(e) // agent.go: /tools, /openapi.yaml, /mcp
 	s.reviewRoutes(e)
 	s.echo = e
 	return s
