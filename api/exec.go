@@ -145,6 +145,17 @@ func (s *Server) exec(c echo.Context) error {
 	j.call, j.reqHash = fingerprints(&req, session)
 	j.meta, j.started = metaOf(c), time.Now()
 	j.meta.session = session
+	if wantsStream(c) {
+		switch {
+		case req.Async:
+			return validation("async", "async and Accept: text/event-stream exclude each other: stream the output, or run async and poll GET /exec/{id}")
+		case idemKey != "":
+			return validation(headerIdempotencyKey, "an Idempotency-Key cannot be combined with Accept: text/event-stream (a stream cannot be replayed); send the key with a JSON request")
+		}
+		st := newExecStream(c, spec.Redact, spec.Limits.OutputBytes)
+		spec.OnOutput = st.feed
+		return s.finishStream(c, st, s.admitRunAudit(c, j))
+	}
 	if idemKey != "" {
 		return s.execIdempotent(c, j)
 	}

@@ -3,6 +3,7 @@ package redact
 import (
 	"bytes"
 	"errors"
+	"io"
 	"strings"
 	"sync"
 	"testing"
@@ -219,5 +220,31 @@ func TestConcurrentUse(t *testing.T) {
 	w.Close()
 	if out.Len() != 4*50*len("line of text\n") {
 		t.Fatalf("shared writer wrote %d bytes", out.Len())
+	}
+}
+
+// FlushIdle writes quiet text at once but holds a secret whose keyword was
+// seen until it is complete.
+func TestFlushIdle(t *testing.T) {
+	var out bytes.Buffer
+	w := Default().NewWriter(&out)
+	io.WriteString(w, "hello\n")
+	if err := w.FlushIdle(); err != nil {
+		t.Fatal(err)
+	}
+	if out.String() != "hello\n" {
+		t.Fatalf("after FlushIdle: %q, want the quiet text written", out.String())
+	}
+	key := "AKIA" + "QYLPMN5HKRW7TXZ4"
+	io.WriteString(w, "key "+key[:9])
+	w.FlushIdle()
+	if strings.Contains(out.String(), key[4:9]) {
+		t.Fatalf("FlushIdle wrote part of a secret whose keyword was seen: %q", out.String())
+	}
+	io.WriteString(w, key[9:]+" done\n")
+	w.FlushIdle()
+	w.Close()
+	if strings.Contains(out.String(), key[4:]) || !strings.Contains(out.String(), "[REDACTED:aws_access_key_id]") || !strings.HasSuffix(out.String(), " done\n") {
+		t.Fatalf("stream %q", out.String())
 	}
 }

@@ -37,6 +37,7 @@ type Writer struct {
 	out     []byte
 	err     error
 	closed  bool
+	idle    bool // process is running for FlushIdle
 }
 
 // NewWriter returns a Writer that writes the redacted stream to w.
@@ -83,6 +84,30 @@ func (w *Writer) Flush() error {
 	return w.err
 }
 
+// FlushIdle writes what Write holds back only in case a keyword comes
+// later, for a stream that has gone quiet (live output): everything up to
+// the first keyword hit whose window is still open is written, so a secret
+// whose keyword was seen stays held until it is complete, and stays
+// redacted. What it gives up, compared with Write alone: a keyword split
+// across the idle point loses its first bytes to the output (not a secret
+// by themselves), and a match whose text starts before its keyword (rare)
+// is redacted only from the idle point on. The output of Close after
+// FlushIdle calls is otherwise the same.
+func (w *Writer) FlushIdle() error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.closed {
+		return ErrClosed
+	}
+	if w.err != nil {
+		return w.err
+	}
+	w.idle = true
+	w.process(false)
+	w.idle = false
+	return w.err
+}
+
 // Close flushes the tail. It does not close the underlying writer.
 func (w *Writer) Close() error {
 	w.mu.Lock()
@@ -124,7 +149,9 @@ func (w *Writer) process(final bool) {
 	// yet (it would start at end-maxKw+1 or later), starts before e.
 	e := end
 	if !final {
-		e = end - int64(r.maxKw-1) - int64(r.back)
+		if !w.idle {
+			e = end - int64(r.maxKw-1) - int64(r.back)
+		}
 		for _, h := range w.pending {
 			e = min(e, h.pos-int64(r.kws[h.kw].back))
 		}

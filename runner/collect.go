@@ -22,6 +22,7 @@ type collector struct {
 	out, errs      cappedBuffer
 	redactors      []*redact.Writer
 	redact         *redact.Redactor
+	onOutput       func(string, []byte)
 	finished       bool
 	files          []OutFile
 	skipped        []jobproto.Skipped
@@ -33,7 +34,7 @@ type collector struct {
 }
 
 func newCollector(spec *Spec) *collector {
-	c := &collector{job: &spec.Job, started: make(chan struct{}), redact: spec.Redact}
+	c := &collector{job: &spec.Job, started: make(chan struct{}), redact: spec.Redact, onOutput: spec.OnOutput}
 	c.out.limit, c.errs.limit = spec.Job.OutputBytes, spec.Job.OutputBytes
 	c.stdout, c.stderr = &c.out, &c.errs
 	if spec.Redact != nil {
@@ -87,8 +88,14 @@ func (c *collector) read(r io.Reader) error {
 			}
 		case jobproto.TypeStdout:
 			_, _ = c.stdout.Write(p)
+			if c.onOutput != nil {
+				c.onOutput("stdout", append([]byte(nil), p...))
+			}
 		case jobproto.TypeStderr:
 			_, _ = c.stderr.Write(p)
+			if c.onOutput != nil {
+				c.onOutput("stderr", append([]byte(nil), p...))
+			}
 		case jobproto.TypeFile:
 			h, content, err := jobproto.DecodeFile(p)
 			if err != nil {

@@ -70,6 +70,11 @@ type Spec struct {
 	// read (a secret split across frames included) and from returned text
 	// files. The caps apply to the redacted output.
 	Redact *redact.Redactor
+	// OnOutput, when set, receives each chunk of stdout ("stdout") and
+	// stderr ("stderr") as it arrives, before redaction and without the
+	// caps (the caller redacts and caps what it passes on). It is called
+	// from the goroutine that reads the sandbox and must not block long.
+	OnOutput func(stream string, p []byte)
 }
 
 // OutFile is a file the code left under /sandbox/out.

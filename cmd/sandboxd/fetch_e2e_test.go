@@ -5,6 +5,7 @@ package main
 // names to loopback, and loopback upstreams; execs run in real containers.
 
 import (
+	"bufio"
 	"bytes"
 	"compress/gzip"
 	"crypto/sha256"
@@ -322,5 +323,107 @@ open("/sandbox/out/notes.txt", "w").write("aws %s\n")
 	}
 	if total < 3 {
 		t.Fatalf("redactions %v, want at least 3", red)
+	}
+}
+
+// event is one server-sent event and when it arrived.
+type event struct {
+	name, data string
+	at         time.Time
+}
+
+// streamExec posts code with Accept: text/event-stream and reads events
+// until the stream ends or stopAfter events arrived (then it hangs up).
+func (e *fetchEnv) streamExec(code string, stopAfter int) (int, []event) {
+	e.t.Helper()
+	b, _ := json.Marshal(map[string]any{"language": "python", "code": code})
+	req, _ := http.NewRequest(http.MethodPost, e.base+"/exec", bytes.NewReader(b))
+	req.Header.Set("Authorization", "Bearer "+e.key)
+	req.Header.Set("Accept", "text/event-stream")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var events []event
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 1<<20), 4<<20)
+	var cur event
+	for sc.Scan() {
+		line := sc.Text()
+		switch {
+		case strings.HasPrefix(line, "event: "):
+			cur = event{name: strings.TrimPrefix(line, "event: ")}
+		case strings.HasPrefix(line, "data: "):
+			cur.data = strings.TrimPrefix(line, "data: ")
+		case line == "" && cur.name != "":
+			cur.at = time.Now()
+			events = append(events, cur)
+			cur = event{}
+			if stopAfter > 0 && len(events) >= stopAfter {
+				return resp.StatusCode, events
+			}
+		}
+	}
+	return resp.StatusCode, events
+}
+
+func TestExecStreamEndToEnd(t *testing.T) {
+	e := startFetchEnv(t)
+	code := fmt.Sprintf("import time, sys\nprint('first', flush=True)\nprint('token %s', file=sys.stderr, flush=True)\ntime.sleep(1)\nprint('second')\n", e2eToken)
+	status, events := e.streamExec(code, 0)
+	if status != 200 || len(events) < 3 {
+		t.Fatalf("stream: %d %+v", status, events)
+	}
+	var first, result *event
+	var stdout, stderr strings.Builder
+	for i := range events {
+		ev := &events[i]
+		var d struct{ Text string }
+		switch ev.name {
+		case "stdout":
+			json.Unmarshal([]byte(ev.data), &d)
+			stdout.WriteString(d.Text)
+			if first == nil && strings.Contains(stdout.String(), "first") {
+				first = ev
+			}
+		case "stderr":
+			json.Unmarshal([]byte(ev.data), &d)
+			stderr.WriteString(d.Text)
+		case "result":
+			result = ev
+		}
+	}
+	if first == nil || result == nil || result != &events[len(events)-1] {
+		t.Fatalf("events: %+v", events)
+	}
+	if gap := result.at.Sub(first.at); gap < 700*time.Millisecond {
+		t.Fatalf("the first line arrived only %s before the result: not streamed", gap)
+	}
+	if stdout.String() != "first\nsecond\n" || strings.Contains(stderr.String(), e2eToken) || !strings.Contains(stderr.String(), "[REDACTED:") {
+		t.Fatalf("streamed stdout %q stderr %q", stdout.String(), stderr.String())
+	}
+	var res api.ExecResponse
+	if err := json.Unmarshal([]byte(result.data), &res); err != nil || res.Status != "ok" || res.Stdout != "first\nsecond\n" {
+		t.Fatalf("result event: %v %s", err, result.data)
+	}
+
+	// A client that hangs up cancels the run.
+	_, events = e.streamExec("import time\nprint('started', flush=True)\ntime.sleep(60)\n", 1)
+	if len(events) != 1 || events[0].name != "stdout" {
+		t.Fatalf("events before hanging up: %+v", events)
+	}
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		body, _ := e.get(e.rev, "/audit?kind=exec&status=killed", 200)
+		var page api.AuditPage
+		json.Unmarshal(body, &page)
+		if len(page.Records) == 1 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the run was not killed after the client hung up: %s", body)
+		}
+		time.Sleep(200 * time.Millisecond)
 	}
 }
