@@ -123,6 +123,7 @@ func New(cfg Config) *Server {
 	s.fetchRoutes(e)
 	s.agentRoutes(e) // agent.go: /tools, /openapi.yaml, /mcp
 	s.reviewRoutes(e)
+	s.uiRoutes(e) // ui.go: the review page at /ui/
 	s.echo = e
 	return s
 }
