@@ -66,6 +66,9 @@ func (s *Server) auditExec(j *execJob, a *answer) *answer {
 	r.CodeSHA256 = audit.SHA256(spec.Job.Code)
 	r.ExecProfile = &audit.ProfileRef{Name: spec.Profile.Name, Version: spec.Profile.Version}
 	r.Runtime = spec.Profile.Runtime
+	for _, d := range j.datasets {
+		r.Datasets = append(r.Datasets, audit.DatasetRef{Name: d.Name, Snapshot: d.Snapshot})
+	}
 	if eg := s.profiles().Egress[spec.Profile.Egress]; eg != nil {
 		r.EgressProfile = &audit.ProfileRef{Name: eg.Name, Version: eg.Version}
 	}

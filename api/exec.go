@@ -31,6 +31,8 @@ type ExecRequest struct {
 	Env      map[string]string `json:"env"`
 	Profile  string            `json:"profile"`
 	Limits   *LimitsRequest    `json:"limits"`
+	// Datasets are mounted read-only at /data/<name>.
+	Datasets []string `json:"datasets,omitempty"`
 	// Async answers 202 with the id at once; GET /exec/{id} gives the result.
 	Async bool `json:"async"`
 }
@@ -78,6 +80,14 @@ type ExecResponse struct {
 	// Redactions counts the secrets removed from stdout, stderr and
 	// returned text files, by type.
 	Redactions map[string]int `json:"redactions"`
+	// Datasets the run mounted, with the snapshot id of their content.
+	Datasets []DatasetRef `json:"datasets,omitempty"`
+}
+
+// DatasetRef names a mounted dataset and the snapshot of its content.
+type DatasetRef struct {
+	Name     string `json:"name"`
+	Snapshot string `json:"snapshot"`
 }
 
 // Usage is the resource use the launcher measured.
@@ -136,6 +146,10 @@ func (s *Server) exec(c echo.Context) error {
 	if err != nil {
 		return err
 	}
+	refs, err := s.attachDatasets(spec, req.Datasets, key)
+	if err != nil {
+		return err
+	}
 	c.Set(ctxProfile, spec.Profile.Name)
 	j := &execJob{key: key, session: session, idemKey: idemKey, async: req.Async, spec: spec, id: spec.ID,
 		origTimeout: spec.Limits.TimeoutMS, log: requestLogger(c, s.log).With("profile", spec.Profile.Name, "exec_id", spec.ID)}
@@ -145,6 +159,7 @@ func (s *Server) exec(c echo.Context) error {
 	j.call, j.reqHash = fingerprints(&req, session)
 	j.meta, j.started = metaOf(c), time.Now()
 	j.meta.session = session
+	j.datasets = refs
 	if wantsStream(c) {
 		switch {
 		case req.Async:

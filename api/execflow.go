@@ -39,6 +39,8 @@ type execJob struct {
 	// meta and started are for the audit record.
 	meta    auditMeta
 	started time.Time
+	// datasets the run mounts, with their snapshot ids.
+	datasets []DatasetRef
 }
 
 // answer is an exec's HTTP answer, kept as bytes so that it can be stored
@@ -105,6 +107,7 @@ func (s *Server) resultAnswer(j *execJob, res *runner.Result) *answer {
 	if j.async {
 		resp.ID = j.id
 	}
+	resp.Datasets = j.datasets
 	return &answer{status: http.StatusOK, resp: resp, body: marshalLine(resp), keep: true}
 }
 

@@ -27,6 +27,7 @@ import (
 	"github.com/sandboxd/sandboxd/browse/safetext"
 	"github.com/sandboxd/sandboxd/budget"
 	"github.com/sandboxd/sandboxd/capture"
+	"github.com/sandboxd/sandboxd/dataset"
 	"github.com/sandboxd/sandboxd/egress"
 	"github.com/sandboxd/sandboxd/profiles"
 	"github.com/sandboxd/sandboxd/redact"
@@ -481,6 +482,7 @@ func (s *Server) execRedactor(p *profiles.Exec) *redact.Redactor {
 // initFetch sets up POST /fetch: the fetcher, the capture store and the
 // audit log.
 func (s *Server) initFetch() {
+	s.snapshots = dataset.NewRegistry()
 	s.audit = s.cfg.Audit
 	if s.audit == nil {
 		l, err := audit.Open("")

@@ -25,6 +25,7 @@ import (
 	"github.com/sandboxd/sandboxd/auth"
 	"github.com/sandboxd/sandboxd/browse"
 	"github.com/sandboxd/sandboxd/capture"
+	"github.com/sandboxd/sandboxd/dataset"
 	"github.com/sandboxd/sandboxd/egress"
 	"github.com/sandboxd/sandboxd/egress/approval"
 	"github.com/sandboxd/sandboxd/profiles"
@@ -88,6 +89,7 @@ type Server struct {
 	captures  capture.Store
 	audit     audit.Log
 	ownsAudit bool
+	snapshots *dataset.Registry
 
 	redactMu  sync.Mutex
 	redactors map[string]*redact.Redactor // by egress profile version

@@ -33,6 +33,9 @@ type Set struct {
 	// always holds "none" (deny everything), built in when no file
 	// defines it.
 	Egress map[string]*egress.Profile
+	// Datasets maps name to dataset (datasets/*.yaml): host directories
+	// execs may mount read-only.
+	Datasets map[string]*Dataset
 }
 
 // Names returns the exec profile names, sorted.
@@ -97,6 +100,9 @@ func Load(dir string) (*Set, error) {
 		return nil, &Error{File: execDir, Msg: fmt.Sprintf("no profile named %q; add exec/%s.yaml (requests that name no profile use it)", DefaultName, DefaultName)}
 	}
 	if set.Egress, err = loadEgress(dir, set.Exec); err != nil {
+		return nil, err
+	}
+	if set.Datasets, err = loadDatasets(dir); err != nil {
 		return nil, err
 	}
 	return set, nil

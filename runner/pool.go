@@ -141,6 +141,9 @@ func (r *Runner) PoolStats() map[string][2]int {
 // the profile's: memory, CPU and pids can be lowered on a running runc
 // container (see lower); the tmpfs size cannot, and runsc has no update.
 func poolable(spec *Spec) bool {
+	if len(spec.Datasets) > 0 {
+		return false // pooled sandboxes have no dataset mounts
+	}
 	p, l := spec.Profile.Limits, spec.Limits
 	if l.TmpfsMB != p.TmpfsMB {
 		return false

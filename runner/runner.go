@@ -75,6 +75,9 @@ type Spec struct {
 	// caps (the caller redacts and caps what it passes on). It is called
 	// from the goroutine that reads the sandbox and must not block long.
 	OnOutput func(stream string, p []byte)
+	// Datasets are mounted read-only at /data/<name> (a cold sandbox:
+	// pooled ones were created without them).
+	Datasets []DatasetMount
 }
 
 // OutFile is a file the code left under /sandbox/out.
@@ -221,6 +224,9 @@ func (r *Runner) Close(ctx context.Context) error {
 		r.log.Warn("reaping at shutdown failed", "err", err)
 	}
 	r.closeEgress(ctx) // network.go
+	if err := r.removeDatasetVolumes(ctx); err != nil {
+		r.log.Warn("removing dataset volumes failed", "err", err)
+	}
 	return r.cli.Close()
 }
 
@@ -296,6 +302,7 @@ func CreateOptions(spec *Spec, imageID, instance string, en *EgressNet) (*contai
 	if Networked(p) {
 		networkOptions(cfg, hc, p, en)
 	}
+	hc.Mounts = append(hc.Mounts, datasetMounts(spec, instance)...)
 	return cfg, hc, nil
 }
 
@@ -395,6 +402,9 @@ func (r *Runner) Run(ctx context.Context, spec *Spec) (*Result, error) {
 		// The box died while it waited and the job never reached it.
 		r.log.Warn("a pooled sandbox was gone; using a cold one", "container", b.id[:12])
 		spec.ID = id
+	}
+	if err := r.ensureDatasetVolumes(ctx, spec); err != nil {
+		return nil, err
 	}
 	b, err := r.startBox(ctx, spec, imageID)
 	if err != nil {

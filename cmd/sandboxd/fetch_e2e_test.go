@@ -8,6 +8,7 @@ import (
 	"bufio"
 	"bytes"
 	"compress/gzip"
+	"context"
 	"crypto/sha256"
 	"encoding/base64"
 	"encoding/hex"
@@ -25,6 +26,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/docker/docker/api/types/filters"
+	"github.com/docker/docker/api/types/volume"
+	"github.com/docker/docker/client"
+
 	"github.com/sandboxd/sandboxd/api"
 	"github.com/sandboxd/sandboxd/egress/egresstest"
 )
@@ -34,6 +39,7 @@ type fetchEnv struct {
 	base   string
 	key    string
 	rev    string // a reviewer key of the same tenant
+	sales  string // the sales dataset's directory
 	data   string
 	log    *syncBuffer
 	upPort int
@@ -103,6 +109,20 @@ redact:
     keywords: [tkt-]
     regex: 'TKT-[0-9]{6}'
 `, e.upPort, apiPort))
+	// Datasets: sales for tenant acme, secret for another tenant.
+	e.sales = filepath.Join(tmp, "sales")
+	secret := filepath.Join(tmp, "secret")
+	for _, d := range []string{e.sales, secret} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		os.Chmod(d, 0o755)
+	}
+	if err := os.WriteFile(filepath.Join(e.sales, "q1.csv"), []byte("region,total\nnorth,10\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	writeFile(t, filepath.Join(profilesDir, "datasets/sales.yaml"), "name: sales\npath: "+e.sales+"\ntenants: [acme]\n")
+	writeFile(t, filepath.Join(profilesDir, "datasets/secret.yaml"), "name: secret\npath: "+secret+"\ntenants: [other]\n")
 	e.key = "sbxtest_" + strconv.FormatInt(time.Now().UnixNano(), 16)
 	e.rev = e.key + "rev"
 	sum := sha256.Sum256([]byte(e.key))
@@ -425,5 +445,87 @@ func TestExecStreamEndToEnd(t *testing.T) {
 			t.Fatalf("the run was not killed after the client hung up: %s", body)
 		}
 		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+// A dataset is mounted read-only, nosuid, nodev and noexec at
+// /data/<name>; its snapshot id is in the response and the audit record and
+// changes with its content; other tenants' and unknown datasets are refused.
+func TestExecDatasetsEndToEnd(t *testing.T) {
+	// Registered first, so it runs after sandboxd has shut down.
+	t.Cleanup(func() {
+		cli, err := client.NewClientWithOpts(client.FromEnv, client.WithAPIVersionNegotiation())
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		defer cli.Close()
+		list, err := cli.VolumeList(context.Background(), volume.ListOptions{Filters: filters.NewArgs(filters.Arg("label", "sandboxd.dataset=sales"))})
+		if err != nil || len(list.Volumes) != 0 {
+			t.Errorf("dataset volumes remain after shutdown: %v %v", err, list.Volumes)
+			for _, v := range list.Volumes {
+				cli.VolumeRemove(context.Background(), v.Name, true)
+			}
+		}
+	})
+	e := startFetchEnv(t)
+	code := `import os
+print(open("/data/sales/q1.csv").read(), end="")
+for line in open("/proc/self/mountinfo"):
+    f = line.split()
+    if f[4] == "/data/sales":
+        print("OPTS", f[5])
+try:
+    open("/data/sales/new.csv", "w")
+    print("WRITE OK")
+except OSError as e:
+    print("WRITE", e.errno)
+`
+	run := func(datasets []string) (int, map[string]any, []byte) {
+		return e.post("/exec", map[string]any{"language": "python", "code": code, "datasets": datasets})
+	}
+	status, body, raw := run([]string{"sales"})
+	if status != 200 || body["status"] != "ok" {
+		t.Fatalf("exec with a dataset: %d %s", status, raw)
+	}
+	out := body["stdout"].(string)
+	if !strings.HasPrefix(out, "region,total\nnorth,10\n") || strings.Contains(out, "WRITE OK") || !strings.Contains(out, "WRITE 30") {
+		t.Fatalf("stdout: %q", out)
+	}
+	var opts string
+	for _, l := range strings.Split(out, "\n") {
+		if strings.HasPrefix(l, "OPTS ") {
+			opts = l
+		}
+	}
+	for _, flag := range []string{"ro", "nosuid", "nodev", "noexec"} {
+		if !strings.Contains(","+strings.TrimPrefix(opts, "OPTS ")+",", ","+flag+",") {
+			t.Errorf("the dataset mount lacks %s: %q", flag, opts)
+		}
+	}
+	ds := body["datasets"].([]any)[0].(map[string]any)
+	snap1 := ds["snapshot"].(string)
+	if ds["name"] != "sales" || !strings.HasPrefix(snap1, "ds_") {
+		t.Fatalf("datasets: %v", body["datasets"])
+	}
+	// The content changes: a new snapshot id; the old record keeps the old.
+	if err := os.WriteFile(filepath.Join(e.sales, "q2.csv"), []byte("region,total\nsouth,7\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	_, body2, raw2 := run([]string{"sales"})
+	snap2 := body2["datasets"].([]any)[0].(map[string]any)["snapshot"].(string)
+	if snap2 == snap1 {
+		t.Fatalf("the snapshot id did not change with the content: %s", raw2)
+	}
+	recs, _ := e.get(e.rev, "/audit?kind=exec&subject="+body["id"].(string), 200)
+	var page api.AuditPage
+	if err := json.Unmarshal(recs, &page); err != nil || len(page.Records) != 1 || len(page.Records[0].Datasets) != 1 || page.Records[0].Datasets[0].Snapshot != snap1 {
+		t.Fatalf("audit record of the first run: %s", recs)
+	}
+	if s, _, raw := run([]string{"secret"}); s != 403 {
+		t.Fatalf("another tenant's dataset: %d %s", s, raw)
+	}
+	if s, _, raw := run([]string{"nope"}); s != 400 {
+		t.Fatalf("an unknown dataset: %d %s", s, raw)
 	}
 }
