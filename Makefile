@@ -43,7 +43,7 @@ LAUNCHER_LDFLAGS := -s -w -buildid=
 # The classic builder is what works without the buildx plugin (engine 20.10).
 DOCKER_BUILDKIT ?= $(shell docker buildx version >/dev/null 2>&1 && echo 1 || echo 0)
 
-.PHONY: all help image launcher build sandboxd cgo-deps run test vet docker gvisor clean fmt-check bench
+.PHONY: all help image launcher build sandboxd cgo-deps test-deps run test vet docker gvisor clean fmt-check bench
 
 all: build
 
@@ -96,9 +96,18 @@ run: image build
 vet: cgo-deps
 	$(GO) vet ./...
 
-test: image build
+test: image build test-deps
 	$(GO) vet ./...
 	$(GO) test -race -count=1 -timeout 25m ./...
+
+# What the tests need besides the build: headless Chromium (Debian's
+# package) for the review page's browser test (ui/browser_test.go).
+test-deps:
+	@command -v chromium >/dev/null && exit 0; \
+	echo "==> installing chromium for the review page's browser test"; \
+	sudo=; [ "$$(id -u)" -eq 0 ] || sudo=sudo; \
+	export DEBIAN_FRONTEND=noninteractive; \
+	$$sudo apt-get install -y -q chromium || { $$sudo apt-get update -q && $$sudo apt-get install -y -q chromium; }
 
 # The sandboxd binary is built on the host (no golang image without a
 # registry) and copied in; the local base needs `make image` first.
