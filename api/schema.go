@@ -254,6 +254,8 @@ func (b *bodySchema) explain(e *jsonschema.ValidationError, inst any) *Error {
 		return validation(field, "%s has %d items; at least %d are needed", field, k.Got, k.Want)
 	case *kind.MaxItems:
 		return validation(field, "%s has %d items; at most %d are allowed", field, k.Got, k.Want)
+	case *kind.UniqueItems:
+		return validation(field, "%s has the same value twice (items %d and %d); name each once", field, k.Duplicates[0], k.Duplicates[1])
 	}
 	if field == "" {
 		return validation("", "the body is not valid: %s", e.Error())

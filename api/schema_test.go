@@ -109,6 +109,7 @@ func TestSchemaValidationMessages(t *testing.T) {
 		{"path required", `{"language":"python","code":"1","files":[{"content":""}]}`, "files[0].path", []string{"files[0].path is required"}},
 		{"unknown field lists the allowed ones", `{"language":"python","code":"1","timeout":5}`, "timeout", []string{`unknown field "timeout"`, "language, code, stdin, files, env, profile, limits, datasets, async"}},
 		{"unknown nested field", `{"language":"python","code":"1","limits":{"disk_mb":1}}`, "disk_mb", []string{`unknown field "disk_mb" in limits`, "timeout_ms, memory_mb, cpus, pids, output_bytes, tmpfs_mb"}},
+		{"duplicate dataset", `{"language":"python","code":"1","datasets":["sales","sales"]}`, "datasets", []string{"same value twice", "items 0 and 1"}},
 		{"field named in another case", `{"Language":"python","code":"1"}`, "Language", []string{`unknown field "Language"`, "language, code"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -47,6 +47,7 @@ const usage = `usage:
   sandboxd profiles check DIR     validate every profile under DIR
   sandboxd seccomp check [FILE]   compile a seccomp profile for this host (default profiles/seccomp/default.json)
   sandboxd audit verify --data-dir DIR   walk the audit log's hash chain; exit 1 at the first break
+  sandboxd mcp [--url URL]        serve the agent tools over MCP on stdio (key: SANDBOXD_KEY or --key-file)
   sandboxd version                print the version
 `
 
@@ -64,6 +65,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return serve(args[1:], stderr)
 	case "seccomp":
 		return seccompCmd(args[1:], stdout, stderr)
+	case "mcp":
+		return mcpCmd(args[1:], os.Stdin, nopWriteCloser{stdout}, stderr) // mcp.go
 	case "audit":
 		return auditCmd(args[1:], stdout, stderr)
 	case "profiles":
