@@ -276,6 +276,11 @@ tenants:
 	if r.header.Get("Location") != "/exec/"+asyncID {
 		t.Errorf("async: Location %q", r.header.Get("Location"))
 	}
+	r = c.do(oasCall{method: "POST", route: "/exec", target: "/exec", key: keyAgent, body: `{"language":"python","code":"print('streamed')"}`, header: map[string]string{"Accept": "text/event-stream"}, validRequest: true}).want(t, "streamed exec", 200, "")
+	if !strings.HasPrefix(r.header.Get("Content-Type"), "text/event-stream") || !strings.Contains(string(r.raw), "event: result") {
+		t.Errorf("streamed exec: %q %s", r.header.Get("Content-Type"), truncate(r.raw, 300))
+	}
+	c.do(oasCall{method: "POST", route: "/exec", target: "/exec", key: keyAgent, body: `{"language":"python","code":"1","async":true}`, header: map[string]string{"Accept": "text/event-stream"}}).want(t, "streamed async", 400, CodeValidation)
 	c.do(oasCall{method: "POST", route: "/exec", target: "/exec", key: keyAgent, body: `{"language":"ruby","code":"1"}`}).want(t, "bad language", 400, CodeValidation)
 	c.do(oasCall{method: "POST", route: "/exec", target: "/exec", key: keyAgent, body: `{"language":"python","code":"1","limits":{"memory_mb":1}}`}).want(t, "low memory", 400, CodeValidation)
 	r = c.do(oasCall{method: "POST", route: "/exec", target: "/exec", body: execBody}).want(t, "no key", 401, CodeAuth)
