@@ -121,6 +121,25 @@ func (s *Server) auditExec(j *execJob, a *answer) *answer {
 		}
 		r.DurationsMS["total"] = time.Since(j.started).Milliseconds()
 	}
+	// Every egress decision the proxy made for the run (networked profiles).
+	ids := []string{j.id}
+	if r.Subject != j.id {
+		ids = append(ids, r.Subject)
+	}
+	if ds, dropped := s.egressDecisions.take(ids...); len(ds) > 0 {
+		r.Egress = ds
+		for _, d := range ds {
+			if d.Host != "" && !slices.Contains(r.Hosts, d.Host) {
+				r.Hosts = append(r.Hosts, d.Host)
+			}
+		}
+		if dropped > 0 {
+			if r.Detail == nil {
+				r.Detail = map[string]string{}
+			}
+			r.Detail["egress_decisions_dropped"] = strconv.Itoa(dropped)
+		}
+	}
 	// The code is kept as a capture whether or not it ran: it is what was
 	// asked for.
 	capt := &capture.Capture{Kind: "exec", Tenant: r.Tenant, KeyID: r.KeyID, RequestID: r.RequestID, Meta: meta, Parts: parts,

@@ -90,6 +90,9 @@ type Server struct {
 	audit     audit.Log
 	ownsAudit bool
 	snapshots *dataset.Registry
+	// egressDecisions holds the proxy's decisions of running execs for
+	// their audit records (egresslog.go).
+	egressDecisions execDecisions
 
 	redactMu  sync.Mutex
 	redactors map[string]*redact.Redactor // by egress profile version

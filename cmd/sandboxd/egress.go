@@ -40,6 +40,9 @@ type egressSide struct {
 	approvals egress.Approvals
 	// metrics counts egress decisions (sandboxd_egress_decisions_total).
 	metrics *metrics.Metrics
+	// record, once set, keeps the proxy's decisions for the audit record
+	// of the exec they belong to (api.Server.RecordEgress).
+	record atomic.Pointer[func(*egress.Decision)]
 
 	mu      sync.Mutex
 	up      bool
@@ -140,10 +143,19 @@ func (e *egressSide) startLocked(ctx context.Context) (err error) {
 	return nil
 }
 
-// observe counts a decision of the proxy or of /fetch.
-func (e *egressSide) observe(d *egress.Decision) {
+// count counts a decision of the proxy or of /fetch.
+func (e *egressSide) count(d *egress.Decision) {
 	if e.metrics != nil {
 		e.metrics.EgressDecisions.WithLabelValues(d.Profile, d.Verdict(), string(d.Code)).Inc()
+	}
+}
+
+// observe counts a decision of the proxy and keeps it for its exec's
+// audit record.
+func (e *egressSide) observe(d *egress.Decision) {
+	e.count(d)
+	if f := e.record.Load(); f != nil {
+		(*f)(d)
 	}
 }
 

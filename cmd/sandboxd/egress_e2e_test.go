@@ -26,6 +26,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -39,6 +40,7 @@ import (
 	"github.com/docker/docker/client"
 
 	"github.com/sandboxd/sandboxd/api"
+	"github.com/sandboxd/sandboxd/audit"
 	"github.com/sandboxd/sandboxd/egress/egresstest"
 	"github.com/sandboxd/sandboxd/runner"
 )
@@ -131,6 +133,7 @@ func (r *rendezvous) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 }
 
 type egressEnv struct {
+	dataDir string
 	t          *testing.T
 	base       string // http://127.0.0.1:port of the API
 	key        string
@@ -221,6 +224,7 @@ func startEgressServer(t *testing.T) *egressEnv {
 	writeFile(t, keys, fmt.Sprintf("keys:\n  - id: agent-1\n    tenant: acme\n    key_sha256: %s\n    roles: [agent]\n", hex.EncodeToString(sum[:])))
 
 	dataDir := filepath.Join(tmp, "data")
+	e.dataDir = dataDir
 	e.instance = runner.InstanceID(dataDir)
 	listening := make(chan string, 1)
 	stop := make(chan struct{})
@@ -515,6 +519,24 @@ print(json.dumps(out))
 			t.Errorf("HOLE: the sandbox reached a host listener on all addresses at the gateway %s:%d", gateway, e.listenPort)
 		} else if out["host_listener"] != "TimeoutError" {
 			t.Errorf("host listener at the gateway: %v, want a timeout (dropped)", out["host_listener"])
+		}
+		// The exec's audit record lists the proxy's decisions for it.
+		al, err := audit.Open(e.dataDir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		recs, _, err := al.Query(context.Background(), audit.Filter{Subject: r.ID})
+		al.Close()
+		if err != nil || len(recs) != 1 {
+			t.Fatalf("audit record of %s: %v %v", r.ID, err, recs)
+		}
+		var allowMirror, denyOther bool
+		for _, d := range recs[0].Egress {
+			allowMirror = allowMirror || d.Host == "mirror.sandboxd.test" && d.Verdict == "allow"
+			denyOther = denyOther || d.Host == "other.sandboxd.test" && d.Verdict == "deny" && d.Code == "no_rule"
+		}
+		if !allowMirror || !denyOther || !slices.Contains(recs[0].Hosts, "other.sandboxd.test") {
+			t.Errorf("the exec's audit record lacks its egress decisions: %+v", recs[0].Egress)
 		}
 		if out["proxy_port"] != "connected" {
 			t.Errorf("the proxy port: %v, want connected", out["proxy_port"])

@@ -343,7 +343,7 @@ func serveWith(cfg *serveConfig, log *slog.Logger, console io.Writer) error {
 	// POST /fetch decides with its own checker, which knows the API's
 	// address (added once listening), so a fetch cannot loop back into
 	// sandboxd.
-	fetchChecker := &egress.Checker{Resolver: resolver, Approvals: approvals, Observe: eside.observe}
+	fetchChecker := &egress.Checker{Resolver: resolver, Approvals: approvals, Observe: eside.count}
 	srv := api.New(api.Config{
 		DataDir:         dataDir,
 		Profiles:        set,
@@ -360,6 +360,8 @@ func serveWith(cfg *serveConfig, log *slog.Logger, console io.Writer) error {
 		Audit:           auditLog,
 		Captures:        captures,
 	})
+	recordEgress := srv.RecordEgress
+	eside.record.Store(&recordEgress)
 	srv.Metrics().CounterFunc("sandboxd_reaper_removed_total", "Containers of this instance the reaper removed because no run owned them.",
 		func() float64 { return float64(eng.Reaped()) })
 	ln, err := net.Listen("tcp", cfg.addr)
