@@ -133,7 +133,7 @@ func (r *rendezvous) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 }
 
 type egressEnv struct {
-	dataDir string
+	dataDir    string
 	t          *testing.T
 	base       string // http://127.0.0.1:port of the API
 	key        string
