@@ -44,6 +44,8 @@ type Limits struct {
 	// FetchProfile is the egress profile POST /fetch uses when a request
 	// names none; empty: the request must name one.
 	FetchProfile string `yaml:"fetch_profile"`
+	// MaxSessions bounds the tenant's open sessions (POST /sessions).
+	MaxSessions int `yaml:"max_sessions"`
 }
 
 // SessionLimits are the budgets of one agent session. Zero means no limit.
@@ -209,6 +211,7 @@ func decodeLimits(file string, n *yaml.Node, l *Limits) error {
 		{"session.cpu_seconds", l.Session.CPUSeconds < 0},
 		{"session.wall_seconds", l.Session.WallSeconds < 0},
 		{"session.fetch_bytes", l.Session.FetchBytes < 0},
+		{"max_sessions", l.MaxSessions < 0},
 	} {
 		if c.bad {
 			return &yamlfile.Error{File: file, Line: n.Line, Msg: c.name + " is negative; use 0 for no limit"}
@@ -224,7 +227,7 @@ func decodeLimits(file string, n *yaml.Node, l *Limits) error {
 }
 
 var knownFields = func() []string {
-	f := []string{"exec_per_minute", "fetch_per_minute", "burst", "concurrent_execs", "daily_cpu_seconds", "daily_fetch_bytes", "loop_repeats", "fetch_profile",
+	f := []string{"exec_per_minute", "fetch_per_minute", "burst", "concurrent_execs", "daily_cpu_seconds", "daily_fetch_bytes", "loop_repeats", "fetch_profile", "max_sessions",
 		"session (max_execs, cpu_seconds, wall_seconds, fetch_bytes)"}
 	sort.Strings(f)
 	return f

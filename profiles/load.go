@@ -213,6 +213,8 @@ type execCanon struct {
 	Preload              []string      `json:"preload,omitempty"`
 	Redact               []redact.Rule `json:"redact,omitempty"`
 	CaptureRetentionDays int64         `json:"capture_retention_days"`
+	SessionIdleTimeoutS  int64         `json:"session_idle_timeout_s"`
+	SessionMaxLifetimeS  int64         `json:"session_max_lifetime_s"`
 	Version              string        `json:"-"`
 	SeccompJSON          []byte        `json:"-"`
 	Source               string        `json:"-"`

@@ -68,6 +68,11 @@ type Exec struct {
 	// CaptureRetentionDays is how long an exec's capture (code, input,
 	// outputs) is kept; 0 keeps it until it is erased.
 	CaptureRetentionDays int64 `yaml:"capture_retention_days"`
+	// SessionIdleTimeoutS and SessionMaxLifetimeS bound a session (POST
+	// /sessions) of this profile: how long it may sit unused and how long
+	// it may live, in seconds. A session that asks for neither gets these.
+	SessionIdleTimeoutS int64 `yaml:"session_idle_timeout_s"`
+	SessionMaxLifetimeS int64 `yaml:"session_max_lifetime_s"`
 
 	// Version is the sha256 (hex) of the profile's normalised content,
 	// including the seccomp filter it names. Set by the loader.

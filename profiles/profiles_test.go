@@ -62,6 +62,7 @@ var builtinDefaults = Exec{
 		MaxInputBytes: 16 << 20, MaxInputCount: 100, MaxOutputFileBytes: 8 << 20, MaxOutputTotalBytes: 16 << 20, MaxOutputCount: 100,
 	},
 	MaxCodeBytes: 1048576, MaxStdinBytes: 1048576, Nofile: 256, FileSizeMB: 64, ShmMB: 16, CaptureRetentionDays: 30,
+	SessionIdleTimeoutS: 600, SessionMaxLifetimeS: 3600,
 }
 
 // withoutLoaderFields returns e with the fields the loader sets cleared.

@@ -65,12 +65,20 @@ func defaultExec() Exec {
 		FileSizeMB:           64,
 		ShmMB:                16,
 		CaptureRetentionDays: DefaultRetentionDays,
+		SessionIdleTimeoutS:  DefaultSessionIdleTimeoutS,
+		SessionMaxLifetimeS:  DefaultSessionMaxLifetimeS,
 	}
 }
 
 // DefaultRetentionDays is how long captures are kept when a profile does
 // not say.
 const DefaultRetentionDays = 30
+
+// Session bounds when a profile does not say: 10 minutes unused, 1 hour.
+const (
+	DefaultSessionIdleTimeoutS = 600
+	DefaultSessionMaxLifetimeS = 3600
+)
 
 // intRule is the allowed range of one integer field, named by its YAML path.
 type intRule struct {
@@ -98,6 +106,8 @@ var intRules = []intRule{
 	{"file_size_mb", 1, 4096, "MiB", func(e *Exec) int64 { return e.FileSizeMB }},
 	{"shm_mb", 1, 1024, "MiB", func(e *Exec) int64 { return e.ShmMB }},
 	{"capture_retention_days", 0, 3650, "days", func(e *Exec) int64 { return e.CaptureRetentionDays }},
+	{"session_idle_timeout_s", 1, 86_400, "s", func(e *Exec) int64 { return e.SessionIdleTimeoutS }},
+	{"session_max_lifetime_s", 1, 604_800, "s", func(e *Exec) int64 { return e.SessionMaxLifetimeS }},
 }
 
 const maxCPUs = 64
