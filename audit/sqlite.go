@@ -113,9 +113,15 @@ var schema = []string{
 	`CREATE INDEX IF NOT EXISTS records_tenant ON records (tenant, seq)`,
 	`CREATE INDEX IF NOT EXISTS records_kind ON records (kind, seq)`,
 	`CREATE INDEX IF NOT EXISTS records_time ON records (time_ns)`,
-	`CREATE INDEX IF NOT EXISTS records_code ON records (code_sha256, seq) WHERE code_sha256 != ''`,
-	`CREATE INDEX IF NOT EXISTS records_session ON records (session, seq) WHERE session != ''`,
-	`CREATE INDEX IF NOT EXISTS records_subject ON records (subject) WHERE subject != ''`,
+	// Full (not partial) indexes: a partial index is not used for a
+	// comparison with a bound parameter, which cannot be shown non-empty.
+	`DROP INDEX IF EXISTS records_code`,
+	`DROP INDEX IF EXISTS records_session`,
+	`DROP INDEX IF EXISTS records_subject`,
+	`CREATE INDEX IF NOT EXISTS records_code_seq ON records (code_sha256, seq)`,
+	`CREATE INDEX IF NOT EXISTS records_session_seq ON records (session, seq)`,
+	`CREATE INDEX IF NOT EXISTS records_subject_seq ON records (subject, seq)`,
+	`CREATE INDEX IF NOT EXISTS records_status_seq ON records (status, seq)`,
 	`CREATE TABLE IF NOT EXISTS record_hosts (
 		host TEXT NOT NULL,
 		seq INTEGER NOT NULL,
@@ -369,9 +375,10 @@ func (s *SQLite) Query(ctx context.Context, f Filter) ([]Record, string, error) 
 		where = append(where, cond)
 		args = append(args, v)
 	}
-	from := "records r"
+	from, seqCol := "records r", "r.seq"
 	if f.Host != "" {
-		from = "record_hosts h JOIN records r ON r.seq = h.seq"
+		// Walk the host's entries newest first; each joins one record.
+		from, seqCol = "record_hosts h JOIN records r ON r.seq = h.seq", "h.seq"
 		add("h.host = ?", strings.ToLower(f.Host))
 	}
 	if f.Tenant != "" {
@@ -407,13 +414,13 @@ func (s *SQLite) Query(ctx context.Context, f Filter) ([]Record, string, error) 
 		if err != nil || c <= 0 {
 			return nil, "", fmt.Errorf("cursor %q is not one this log gave out", f.Cursor)
 		}
-		add("r.seq < ?", c)
+		add(seqCol+" < ?", c)
 	}
 	q := "SELECT r.seq, r.body, r.hash FROM " + from
 	if len(where) > 0 {
 		q += " WHERE " + strings.Join(where, " AND ")
 	}
-	q += " ORDER BY r.seq DESC LIMIT ?"
+	q += " ORDER BY " + seqCol + " DESC LIMIT ?"
 	args = append(args, limit+1)
 	rows, err := s.db.QueryContext(ctx, q, args...)
 	if err != nil {
