@@ -21,6 +21,7 @@ import (
 	"regexp"
 	"slices"
 	"strings"
+	"sync"
 )
 
 // Roles. A key holds one or more.
@@ -59,9 +60,11 @@ func (k *Key) Has(role string) bool {
 		role == RoleReviewer && slices.Contains(k.Roles, RoleSecurity)
 }
 
-// Keyring is a set of API keys, held as sha256 hashes. It is read-only
-// after loading and safe for concurrent use.
+// Keyring is a set of API keys, held as sha256 hashes. It is safe for
+// concurrent use; Replace swaps its keys in place (a keys-file reload), so
+// every holder of the *Keyring sees the new set.
 type Keyring struct {
+	mu      sync.RWMutex
 	entries []entry
 }
 
@@ -71,7 +74,33 @@ type entry struct {
 }
 
 // Len returns the number of keys.
-func (r *Keyring) Len() int { return len(r.entries) }
+func (r *Keyring) Len() int {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	return len(r.entries)
+}
+
+// IDs returns the key ids, sorted.
+func (r *Keyring) IDs() []string {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	ids := make([]string, len(r.entries))
+	for i, e := range r.entries {
+		ids[i] = e.key.ID
+	}
+	slices.Sort(ids)
+	return ids
+}
+
+// Replace puts other's keys in place of r's (other is left as it was).
+func (r *Keyring) Replace(other *Keyring) {
+	other.mu.RLock()
+	entries := slices.Clone(other.entries)
+	other.mu.RUnlock()
+	r.mu.Lock()
+	r.entries = entries
+	r.mu.Unlock()
+}
 
 // Authenticate returns the key whose hash matches sha256(bearer). The
 // returned *Key is shared: do not modify it.
@@ -88,6 +117,8 @@ func (r *Keyring) Authenticate(bearer string) (*Key, bool) {
 		return nil, false
 	}
 	sum := sha256.Sum256([]byte(bearer))
+	r.mu.RLock()
+	defer r.mu.RUnlock()
 	match := -1
 	for i := range r.entries {
 		eq := subtle.ConstantTimeCompare(sum[:], r.entries[i].hash[:])

@@ -31,6 +31,7 @@ import (
 	"github.com/docker/docker/client"
 
 	"github.com/sandboxd/sandboxd/api"
+	"github.com/sandboxd/sandboxd/audit"
 	"github.com/sandboxd/sandboxd/egress/egresstest"
 )
 
@@ -40,6 +41,7 @@ type fetchEnv struct {
 	key    string
 	rev    string // a reviewer key of the same tenant
 	sales  string // the sales dataset's directory
+	keys   string // the keys file
 	data   string
 	log    *syncBuffer
 	upPort int
@@ -128,6 +130,7 @@ redact:
 	sum := sha256.Sum256([]byte(e.key))
 	revSum := sha256.Sum256([]byte(e.rev))
 	keys := filepath.Join(tmp, "keys.yaml")
+	e.keys = keys
 	writeFile(t, keys, fmt.Sprintf("keys:\n  - id: agent-1\n    tenant: acme\n    key_sha256: %s\n    roles: [agent]\n  - id: rev-1\n    tenant: acme\n    key_sha256: %s\n    roles: [reviewer]\n",
 		hex.EncodeToString(sum[:]), hex.EncodeToString(revSum[:])))
 	e.data = filepath.Join(tmp, "data")
@@ -527,5 +530,66 @@ except OSError as e:
 	}
 	if s, _, raw := run([]string{"nope"}); s != 400 {
 		t.Fatalf("an unknown dataset: %d %s", s, raw)
+	}
+}
+
+// The keys file is reloaded when it changes: a new key works, a removed
+// one stops working, and the reload is an audit record.
+func TestKeysReloadEndToEnd(t *testing.T) {
+	e := startFetchEnv(t)
+	newKey := e.key + "new"
+	sum := sha256.Sum256([]byte(newKey))
+	revSum := sha256.Sum256([]byte(e.rev))
+	// agent-1 is rotated out, agent-2 in; the reviewer stays.
+	writeFile(t, e.keys, fmt.Sprintf("keys:\n  - id: agent-2\n    tenant: acme\n    key_sha256: %s\n    roles: [agent]\n  - id: rev-1\n    tenant: acme\n    key_sha256: %s\n    roles: [reviewer]\n",
+		hex.EncodeToString(sum[:]), hex.EncodeToString(revSum[:])))
+	status := func(key string) int {
+		req, _ := http.NewRequest(http.MethodGet, e.base+"/usage?session=s", nil)
+		req.Header.Set("Authorization", "Bearer "+key)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	deadline := time.Now().Add(15 * time.Second)
+	for status(newKey) != 200 {
+		if time.Now().After(deadline) {
+			t.Fatalf("the new key was not loaded:\n%s", tail(e.log.String(), 20))
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	if s := status(e.key); s != 401 {
+		t.Fatalf("the removed key still works: %d", s)
+	}
+	// Service events have no tenant: tenants' reviewers do not see them;
+	// the log is read directly here.
+	records := func(status string) []audit.Record {
+		l, err := audit.Open(e.data)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer l.Close()
+		recs, _, err := l.Query(context.Background(), audit.Filter{Kind: audit.KindKeysReload, Status: status})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return recs
+	}
+	if recs := records("ok"); len(recs) != 1 || recs[0].Detail["added"] != "agent-2" || recs[0].Detail["removed"] != "agent-1" {
+		t.Fatalf("keys reload record: %+v", recs)
+	}
+	// A broken file keeps the keys in force.
+	writeFile(t, e.keys, "keys: [oops\n")
+	deadline = time.Now().Add(15 * time.Second)
+	for len(records("failed")) != 1 {
+		if time.Now().After(deadline) {
+			t.Fatalf("the failed reload was not audited")
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	if s := status(newKey); s != 200 {
+		t.Fatalf("a broken keys file dropped the keys in force: %d", s)
 	}
 }

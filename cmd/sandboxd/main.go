@@ -8,6 +8,8 @@ package main
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"flag"
 	"fmt"
@@ -338,6 +340,13 @@ func serveWith(cfg *serveConfig, log *slog.Logger, console io.Writer) error {
 		eng.Warm(ctx, set)
 	})
 	rl.audit = auditLog
+	if cfg.keysFile != "" {
+		rl.keysFile, rl.keys = cfg.keysFile, keys
+		if data, err := os.ReadFile(cfg.keysFile); err == nil {
+			sum := sha256.Sum256(data)
+			rl.keysSum = hex.EncodeToString(sum[:])
+		}
+	}
 	go rl.run(reloadCtx, cfg.profilesPoll, hup)
 
 	// POST /fetch decides with its own checker, which knows the API's

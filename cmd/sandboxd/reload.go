@@ -11,12 +11,14 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/sandboxd/sandboxd/audit"
+	"github.com/sandboxd/sandboxd/auth"
 	"github.com/sandboxd/sandboxd/profiles"
 )
 
@@ -36,6 +38,11 @@ type reloader struct {
 	apply func(old, set *profiles.Set)
 	// audit, when set, receives one record per reload attempt.
 	audit audit.Log
+	// keysFile, when set, is reloaded into keys on SIGHUP and when its
+	// content changes (keys added, removed or rotated without a restart).
+	keysFile string
+	keys     *auth.Keyring
+	keysSum  string
 
 	mu   sync.Mutex
 	last string // fingerprint of the files at the last attempt
@@ -94,8 +101,10 @@ func (r *reloader) run(ctx context.Context, interval time.Duration, hup <-chan o
 			return
 		case <-hup:
 			r.reload("SIGHUP", true)
+			r.reloadKeys("SIGHUP", true)
 		case <-tick:
 			r.reload("file change", false)
+			r.reloadKeys("file change", false)
 		}
 	}
 }
@@ -140,6 +149,48 @@ func (r *reloader) reload(reason string, force bool) bool {
 		r.apply(old, set)
 	}
 	return true
+}
+
+// reloadKeys reloads the keys file when its content changed (or force).
+// A file that does not load leaves the keys in force as they were.
+func (r *reloader) reloadKeys(reason string, force bool) {
+	if r.keysFile == "" || r.keys == nil {
+		return
+	}
+	data, err := os.ReadFile(r.keysFile)
+	sum := sha256.Sum256(data)
+	fp := hex.EncodeToString(sum[:])
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if err == nil && !force && fp == r.keysSum {
+		return
+	}
+	r.keysSum = fp
+	ring, warnings, err := auth.LoadFile(r.keysFile)
+	if err != nil {
+		r.log.Error("keys reload failed; the keys in force stay", "reason", reason, "file", r.keysFile, "err", err)
+		r.record(&audit.Record{Kind: audit.KindKeysReload, Subject: r.keysFile, Status: "failed", Message: err.Error(), Detail: map[string]string{"reason": reason}})
+		return
+	}
+	for _, w := range warnings {
+		r.log.Warn(w)
+	}
+	before, after := r.keys.IDs(), ring.IDs()
+	r.keys.Replace(ring)
+	var added, removed []string
+	for _, id := range after {
+		if !slices.Contains(before, id) {
+			added = append(added, id)
+		}
+	}
+	for _, id := range before {
+		if !slices.Contains(after, id) {
+			removed = append(removed, id)
+		}
+	}
+	r.log.Info("keys reloaded", "reason", reason, "keys", len(after), "added", added, "removed", removed)
+	r.record(&audit.Record{Kind: audit.KindKeysReload, Subject: r.keysFile, Status: "ok", Detail: map[string]string{
+		"reason": reason, "keys": strconv.Itoa(len(after)), "added": strings.Join(added, ","), "removed": strings.Join(removed, ","), "file_sha256": fp}})
 }
 
 // record appends a reload's audit record; a failure is logged (the reload
