@@ -15,6 +15,7 @@ import (
 	"github.com/labstack/echo/v4"
 
 	"github.com/sandboxd/sandboxd/admit"
+	"github.com/sandboxd/sandboxd/auth"
 	"github.com/sandboxd/sandboxd/budget"
 	"github.com/sandboxd/sandboxd/jobproto"
 	"github.com/sandboxd/sandboxd/profiles"
@@ -125,23 +126,41 @@ const (
 	maxEnvValueLen = 32 << 10
 )
 
+// toolCall is what every POST /exec and /fetch starts with: the key, the
+// tenant's request rate, X-Session-Id, Idempotency-Key and the body.
+type toolCall struct {
+	key     *auth.Key
+	session string
+	idemKey string
+}
+
+// startCall takes one request of kind from the tenant's rate, checks the
+// headers and decodes the body into req.
+func (s *Server) startCall(c echo.Context, kind string, req any) (*toolCall, error) {
+	tc := &toolCall{key: requestKey(c)}
+	if r := s.ctl.limits.AllowRequest(tc.key.Tenant, kind); r != nil {
+		return nil, s.budgetError(r)
+	}
+	var err error
+	if tc.session, err = sessionID(c); err != nil {
+		return nil, err
+	}
+	if tc.idemKey, err = idempotencyKey(c); err != nil {
+		return nil, err
+	}
+	if err := decodeJSON(c, s.cfg.MaxBodyBytes, req); err != nil {
+		return nil, err
+	}
+	return tc, nil
+}
+
 func (s *Server) exec(c echo.Context) error {
-	key := requestKey(c)
-	if r := s.ctl.limits.AllowRequest(key.Tenant, budget.KindExec); r != nil {
-		return s.budgetError(r)
-	}
-	session, err := sessionID(c)
-	if err != nil {
-		return err
-	}
-	idemKey, err := idempotencyKey(c)
-	if err != nil {
-		return err
-	}
 	var req ExecRequest
-	if err := decodeJSON(c, s.cfg.MaxBodyBytes, &req); err != nil {
+	tc, err := s.startCall(c, budget.KindExec, &req)
+	if err != nil {
 		return err
 	}
+	key, session, idemKey := tc.key, tc.session, tc.idemKey
 	spec, err := s.buildSpec(&req)
 	if err != nil {
 		return err

@@ -111,22 +111,12 @@ func (s *Server) fetchRoutes(e *echo.Echo) {
 }
 
 func (s *Server) fetch(c echo.Context) error {
-	key := requestKey(c)
-	if r := s.ctl.limits.AllowRequest(key.Tenant, budget.KindFetch); r != nil {
-		return s.budgetError(r)
-	}
-	session, err := sessionID(c)
-	if err != nil {
-		return err
-	}
-	idemKey, err := idempotencyKey(c)
-	if err != nil {
-		return err
-	}
 	var req FetchRequest
-	if err := decodeJSON(c, s.cfg.MaxBodyBytes, &req); err != nil {
+	tc, err := s.startCall(c, budget.KindFetch, &req)
+	if err != nil {
 		return err
 	}
+	key, session, idemKey := tc.key, tc.session, tc.idemKey
 	p, err := s.checkFetch(&req, key)
 	if err != nil {
 		return err

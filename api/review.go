@@ -277,15 +277,7 @@ func readAction(c echo.Context, needOn bool) (*CaptureAction, error) {
 }
 
 func (s *Server) eraseCapture(c echo.Context) error {
-	f, err := s.forensics()
-	if err != nil {
-		return err
-	}
-	a, err := readAction(c, false)
-	if err != nil {
-		return err
-	}
-	capt, err := s.visibleCapture(c)
+	f, a, capt, err := s.captureAction(c, false)
 	if err != nil {
 		return err
 	}
@@ -309,16 +301,26 @@ func (s *Server) eraseCapture(c echo.Context) error {
 	return c.JSON(http.StatusOK, after)
 }
 
-func (s *Server) holdCapture(c echo.Context) error {
+// captureAction starts an erasure or a hold of one capture: the store, the
+// body and the capture, if the key may see it.
+func (s *Server) captureAction(c echo.Context, needOn bool) (capture.Forensics, *CaptureAction, *capture.Capture, error) {
 	f, err := s.forensics()
 	if err != nil {
-		return err
+		return nil, nil, nil, err
 	}
-	a, err := readAction(c, true)
+	a, err := readAction(c, needOn)
 	if err != nil {
-		return err
+		return nil, nil, nil, err
 	}
 	capt, err := s.visibleCapture(c)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	return f, a, capt, nil
+}
+
+func (s *Server) holdCapture(c echo.Context) error {
+	f, a, capt, err := s.captureAction(c, true)
 	if err != nil {
 		return err
 	}
