@@ -8,7 +8,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"net/url"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -16,6 +15,8 @@ import (
 	"time"
 
 	_ "modernc.org/sqlite" // the pure-Go SQLite driver
+
+	"github.com/sandboxd/sandboxd/internal/sqlitedb"
 )
 
 // FileName is the audit database in the data directory.
@@ -93,6 +94,9 @@ type appendReq struct {
 // maxBatch bounds the records of one group commit.
 const maxBatch = 256
 
+// schemaVersion is the audit database's schema version (user_version).
+const schemaVersion = 1
+
 var schema = []string{
 	`CREATE TABLE IF NOT EXISTS records (
 		seq INTEGER PRIMARY KEY,
@@ -132,16 +136,11 @@ var schema = []string{
 // Open opens (creating it) the audit log in dir ("" for a private
 // in-memory log, for tests).
 func Open(dir string) (*SQLite, error) {
-	dsn := "file::memory:"
+	path := ""
 	if dir != "" {
-		dsn = "file:" + (&url.URL{Path: filepath.Join(dir, FileName)}).EscapedPath()
+		path = filepath.Join(dir, FileName)
 	}
-	q := url.Values{}
-	for _, p := range []string{"journal_mode(WAL)", "synchronous(FULL)", "busy_timeout(10000)"} {
-		q.Add("_pragma", p)
-	}
-	q.Set("_txlock", "immediate")
-	db, err := sql.Open("sqlite", dsn+"?"+q.Encode())
+	db, err := sql.Open("sqlite", sqlitedb.DSN(path, []string{"journal_mode(WAL)", "synchronous(FULL)", "busy_timeout(10000)"}, true))
 	if err != nil {
 		return nil, err
 	}
@@ -154,11 +153,9 @@ func Open(dir string) (*SQLite, error) {
 	db.SetConnMaxIdleTime(0)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	for _, stmt := range schema {
-		if _, err := db.ExecContext(ctx, stmt); err != nil {
-			db.Close()
-			return nil, fmt.Errorf("opening the audit log: %w", err)
-		}
+	if err := sqlitedb.Migrate(ctx, db, schemaVersion, schema); err != nil {
+		db.Close()
+		return nil, fmt.Errorf("opening the audit log: %w", err)
 	}
 	s := &SQLite{db: db, reqs: make(chan *appendReq, maxBatch), stop: make(chan struct{}), done: make(chan struct{})}
 	if err := s.loadHead(ctx); err != nil {

@@ -11,7 +11,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net/url"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -20,6 +19,8 @@ import (
 	"time"
 
 	_ "modernc.org/sqlite" // pure-Go SQLite driver, registered as "sqlite"
+
+	"github.com/sandboxd/sandboxd/internal/sqlitedb"
 )
 
 // SQLite is the capture store: metadata in an SQLite database, bodies in
@@ -171,22 +172,14 @@ func Open(dir string, opts Options) (*SQLite, error) {
 	if err := s.makeDirs(); err != nil {
 		return nil, fmt.Errorf("creating the capture directory: %w", err)
 	}
-	q := url.Values{}
 	syncPragma := "synchronous(FULL)"
 	if s.noSync {
 		syncPragma = "synchronous(OFF)"
 	}
-	for _, p := range []string{"busy_timeout(" + strconv.Itoa(busyTimeoutMS) + ")", "journal_mode(WAL)", syncPragma, "foreign_keys(1)", "secure_delete(1)"} {
-		q.Add("_pragma", p)
-	}
-	path := "file:" + (&url.URL{Path: filepath.Join(dir, DBName)}).EscapedPath()
-	w := url.Values{}
-	for k, v := range q {
-		w[k] = v
-	}
-	w.Set("_txlock", "immediate")
+	pragmas := []string{"busy_timeout(" + strconv.Itoa(busyTimeoutMS) + ")", "journal_mode(WAL)", syncPragma, "foreign_keys(1)", "secure_delete(1)"}
+	path := filepath.Join(dir, DBName)
 	var err error
-	if s.wdb, err = sql.Open("sqlite", path+"?"+w.Encode()); err != nil {
+	if s.wdb, err = sql.Open("sqlite", sqlitedb.DSN(path, pragmas, true)); err != nil {
 		return nil, err
 	}
 	s.wdb.SetMaxOpenConns(1)
@@ -197,7 +190,7 @@ func Open(dir string, opts Options) (*SQLite, error) {
 		s.Close()
 		return nil, fmt.Errorf("opening the capture database %s: %w", filepath.Join(dir, DBName), err)
 	}
-	if s.rdb, err = sql.Open("sqlite", path+"?"+q.Encode()); err != nil {
+	if s.rdb, err = sql.Open("sqlite", sqlitedb.DSN(path, pragmas, false)); err != nil {
 		s.Close()
 		return nil, err
 	}
@@ -247,27 +240,7 @@ func (s *SQLite) makeDirs() error {
 func (s *SQLite) migrate() error {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	var v int
-	if err := s.wdb.QueryRowContext(ctx, `PRAGMA user_version`).Scan(&v); err != nil {
-		return err
-	}
-	if v > schemaVersion {
-		return fmt.Errorf("the database has schema version %d, newer than this sandboxd's %d", v, schemaVersion)
-	}
-	tx, err := s.wdb.BeginTx(ctx, nil)
-	if err != nil {
-		return err
-	}
-	defer tx.Rollback()
-	for _, stmt := range schema {
-		if _, err := tx.ExecContext(ctx, stmt); err != nil {
-			return fmt.Errorf("%w: %s", err, stmt)
-		}
-	}
-	if _, err := tx.ExecContext(ctx, fmt.Sprintf(`PRAGMA user_version = %d`, schemaVersion)); err != nil {
-		return err
-	}
-	return tx.Commit()
+	return sqlitedb.Migrate(ctx, s.wdb, schemaVersion, schema)
 }
 
 // checkKey records the store's encryption mode on first use and refuses a

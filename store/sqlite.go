@@ -5,13 +5,14 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
-	"net/url"
 	"os"
 	"path/filepath"
 	"syscall"
 	"time"
 
 	_ "modernc.org/sqlite" // pure-Go SQLite driver, registered as "sqlite"
+
+	"github.com/sandboxd/sandboxd/internal/sqlitedb"
 )
 
 // FileName is the SQLite database's name in the data directory.
@@ -107,7 +108,7 @@ type SQLite struct {
 // in-memory database (for tests).
 func OpenSQLite(dir string) (*SQLite, error) {
 	s := &SQLite{}
-	dsn := "file::memory:"
+	path := ""
 	if dir != "" {
 		lf, err := os.OpenFile(filepath.Join(dir, lockName), os.O_RDWR|os.O_CREATE, 0o600)
 		if err != nil {
@@ -118,14 +119,9 @@ func OpenSQLite(dir string) (*SQLite, error) {
 			return nil, fmt.Errorf("the data dir %s is in use by another sandboxd process (lock %s held): %w", dir, lockName, err)
 		}
 		s.lock = lf
-		dsn = "file:" + (&url.URL{Path: filepath.Join(dir, FileName)}).EscapedPath()
+		path = filepath.Join(dir, FileName)
 	}
-	q := url.Values{}
-	for _, p := range []string{"journal_mode(WAL)", "synchronous(NORMAL)", "busy_timeout(10000)", "foreign_keys(1)"} {
-		q.Add("_pragma", p)
-	}
-	q.Set("_txlock", "immediate")
-	db, err := sql.Open("sqlite", dsn+"?"+q.Encode())
+	db, err := sql.Open("sqlite", sqlitedb.DSN(path, []string{"journal_mode(WAL)", "synchronous(NORMAL)", "busy_timeout(10000)", "foreign_keys(1)"}, true))
 	if err != nil {
 		s.unlock()
 		return nil, err
@@ -145,27 +141,7 @@ func OpenSQLite(dir string) (*SQLite, error) {
 func (s *SQLite) migrate() error {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	var v int
-	if err := s.db.QueryRowContext(ctx, `PRAGMA user_version`).Scan(&v); err != nil {
-		return err
-	}
-	if v > schemaVersion {
-		return fmt.Errorf("the database has schema version %d, newer than this sandboxd's %d", v, schemaVersion)
-	}
-	tx, err := s.db.BeginTx(ctx, nil)
-	if err != nil {
-		return err
-	}
-	defer tx.Rollback()
-	for _, stmt := range schema {
-		if _, err := tx.ExecContext(ctx, stmt); err != nil {
-			return fmt.Errorf("%w: %s", err, stmt)
-		}
-	}
-	if _, err := tx.ExecContext(ctx, fmt.Sprintf(`PRAGMA user_version = %d`, schemaVersion)); err != nil {
-		return err
-	}
-	return tx.Commit()
+	return sqlitedb.Migrate(ctx, s.db, schemaVersion, schema)
 }
 
 func (s *SQLite) unlock() {
