@@ -19,7 +19,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"log/slog"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -226,8 +225,6 @@ func startEgressServer(t *testing.T) *egressEnv {
 	dataDir := filepath.Join(tmp, "data")
 	e.dataDir = dataDir
 	e.instance = runner.InstanceID(dataDir)
-	listening := make(chan string, 1)
-	stop := make(chan struct{})
 	cfg := &serveConfig{
 		addr: "127.0.0.1:0", dataDir: dataDir, profilesDir: e.profiles, keysFile: keys,
 		maxRuns: 4, queue: 8, poolSize: 1, poolMax: 2,
@@ -235,41 +232,11 @@ func startEgressServer(t *testing.T) *egressEnv {
 		ctl:          controlFlags{idempotencyTTL: time.Hour, idempotencyWait: 10 * time.Second, asyncTTL: time.Hour},
 		profilesPoll: 300 * time.Millisecond,
 		egressPort:   0,
-		hooks: &serveHooks{
-			resolver: egresstest.NewResolver(map[string][]string{
-				"mirror.sandboxd.test": {"127.0.0.1"},
-				"other.sandboxd.test":  {"127.0.0.1"},
-			}),
-			listening: func(addr string) { listening <- addr },
-			stop:      stop,
-		},
 	}
-	log := slog.New(slog.NewJSONHandler(e.log, &slog.HandlerOptions{Level: slog.LevelInfo}))
-	served := make(chan error, 1)
-	go func() { served <- serveWith(cfg, log, io.Discard) }()
-	t.Cleanup(func() {
-		close(stop)
-		select {
-		case err := <-served:
-			if err != nil {
-				t.Errorf("serveWith: %v", err)
-			}
-		case <-time.After(90 * time.Second):
-			t.Errorf("sandboxd did not stop within 90 s")
-		}
-		e.checkTornDown(cli)
-		if t.Failed() {
-			t.Logf("sandboxd log:\n%s", tail(e.log.String(), 60))
-		}
-	})
-	select {
-	case addr := <-listening:
-		e.base = "http://" + addr
-	case err := <-served:
-		t.Fatalf("serveWith returned before listening: %v\n%s", err, e.log.String())
-	case <-time.After(60 * time.Second):
-		t.Fatalf("sandboxd did not listen within 60 s\n%s", e.log.String())
-	}
+	e.base = runServe(t, cfg, e.log, egresstest.NewResolver(map[string][]string{
+		"mirror.sandboxd.test": {"127.0.0.1"},
+		"other.sandboxd.test":  {"127.0.0.1"},
+	}), func() { e.checkTornDown(cli) })
 	if len(e.log.lines("egress network up")) != 1 {
 		t.Fatalf("the egress network is not up:\n%s", tail(e.log.String(), 30))
 	}

@@ -15,7 +15,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"log/slog"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -134,48 +133,17 @@ redact:
 	writeFile(t, keys, fmt.Sprintf("keys:\n  - id: agent-1\n    tenant: acme\n    key_sha256: %s\n    roles: [agent]\n  - id: rev-1\n    tenant: acme\n    key_sha256: %s\n    roles: [reviewer]\n",
 		hex.EncodeToString(sum[:]), hex.EncodeToString(revSum[:])))
 	e.data = filepath.Join(tmp, "data")
-	listening := make(chan string, 1)
-	stop := make(chan struct{})
 	cfg := &serveConfig{
 		addr: "127.0.0.1:" + strconv.Itoa(apiPort), dataDir: e.data, profilesDir: profilesDir, keysFile: keys,
 		maxRuns: 2, queue: 4, poolSize: 0, poolMax: 0,
 		queueWait: 30 * time.Second, shutdownGrace: 5 * time.Second, maxBodyMB: 8, logLevel: "info",
 		ctl:          controlFlags{idempotencyTTL: time.Hour, idempotencyWait: 10 * time.Second, asyncTTL: time.Hour},
 		profilesPoll: time.Second,
-		hooks: &serveHooks{
-			resolver: egresstest.NewResolver(map[string][]string{
-				"news.sandboxd.test": {"127.0.0.1"},
-				"self.sandboxd.test": {"127.0.0.1"},
-			}),
-			listening: func(addr string) { listening <- addr },
-			stop:      stop,
-		},
 	}
-	log := slog.New(slog.NewJSONHandler(e.log, nil))
-	served := make(chan error, 1)
-	go func() { served <- serveWith(cfg, log, io.Discard) }()
-	t.Cleanup(func() {
-		close(stop)
-		select {
-		case err := <-served:
-			if err != nil {
-				t.Errorf("serveWith: %v", err)
-			}
-		case <-time.After(90 * time.Second):
-			t.Errorf("sandboxd did not stop within 90 s")
-		}
-		if t.Failed() {
-			t.Logf("sandboxd log:\n%s", tail(e.log.String(), 60))
-		}
-	})
-	select {
-	case addr := <-listening:
-		e.base = "http://" + addr
-	case err := <-served:
-		t.Fatalf("serveWith returned before listening: %v\n%s", err, e.log.String())
-	case <-time.After(60 * time.Second):
-		t.Fatalf("sandboxd did not listen within 60 s\n%s", e.log.String())
-	}
+	e.base = runServe(t, cfg, e.log, egresstest.NewResolver(map[string][]string{
+		"news.sandboxd.test": {"127.0.0.1"},
+		"self.sandboxd.test": {"127.0.0.1"},
+	}), nil)
 	return e
 }
 
