@@ -48,6 +48,12 @@ type interp struct {
 	outTrunc  bool
 	errTrunc  bool
 	oomBefore int64
+	// kreqW and krespR are the launcher's ends of a session kernel's
+	// channel (the child's fds 4 and 5; see kernel.go). A job closes them.
+	kreqW, krespR *os.File
+	// sink, when set (session mode), receives every chunk of output
+	// instead of the job's forwarding, and nil at the end of a stream.
+	sink atomic.Pointer[func(typ byte, p []byte)]
 }
 
 func startInterp(preload []string, out *frameWriter) (*interp, error) {
@@ -67,14 +73,23 @@ func startInterp(preload []string, out *frameWriter) (*interp, error) {
 	if err != nil {
 		return nil, err
 	}
-	in := &interp{out: out, stdinW: stdinW, ctlW: ctlW, oomBefore: oomKills()}
-	// The child gets the three standard pipes and the control pipe (fd 3),
-	// which it closes before running the code; nothing else of the
-	// launcher's, the report stream above all, is inherited.
+	kreqR, kreqW, err := os.Pipe()
+	if err != nil {
+		return nil, err
+	}
+	krespR, krespW, err := os.Pipe()
+	if err != nil {
+		return nil, err
+	}
+	in := &interp{out: out, stdinW: stdinW, ctlW: ctlW, kreqW: kreqW, krespR: krespR, oomBefore: oomKills()}
+	// The child gets the three standard pipes, the control pipe (fd 3)
+	// and a session kernel's channel (fds 4 and 5), which it closes before
+	// running a job's code; nothing else of the launcher's, the report
+	// stream above all, is inherited.
 	proc, err := os.StartProcess(python, append([]string{"python3", "-c", zygote}, preload...), &os.ProcAttr{
 		Dir:   jobproto.WorkDir,
 		Env:   os.Environ(),
-		Files: []*os.File{stdinR, stdoutW, stderrW, ctlR},
+		Files: []*os.File{stdinR, stdoutW, stderrW, ctlR, kreqR, krespW},
 		Sys:   &syscall.SysProcAttr{Setpgid: true},
 	})
 	if err != nil {
@@ -85,6 +100,8 @@ func startInterp(preload []string, out *frameWriter) (*interp, error) {
 	stdoutW.Close()
 	stderrW.Close()
 	ctlR.Close()
+	kreqR.Close()
+	krespW.Close()
 	// The code, not the launcher, should be the OOM killer's choice.
 	_ = os.WriteFile("/proc/"+strconv.Itoa(in.pid)+"/oom_score_adj", []byte("1000"), 0)
 	in.pumps.Add(2)
@@ -106,6 +123,16 @@ func (in *interp) pump(r *os.File, typ byte) bool {
 	truncated, broken := false, false
 	for {
 		n, err := r.Read(buf)
+		if s := in.sink.Load(); s != nil {
+			if n > 0 {
+				(*s)(typ, buf[:n])
+			}
+			if err != nil {
+				(*s)(typ, nil)
+				return false
+			}
+			continue
+		}
 		if n > 0 && in.forward.Load() && !broken {
 			chunk := buf[:n]
 			if room := outputLimit.Load() - sent; int64(len(chunk)) > room {
@@ -142,6 +169,8 @@ func (in *interp) run(job *jobproto.Job) jobproto.Exit {
 	// below says why.
 	_, _ = in.ctlW.Write(ctl)
 	in.ctlW.Close()
+	in.kreqW.Close()
+	in.krespR.Close()
 	_ = in.out.frame(jobproto.TypeStarted, nil)
 	go func() {
 		_, _ = in.stdinW.Write(job.Stdin)

@@ -126,6 +126,9 @@ func run(out *frameWriter) jobproto.Exit {
 	if err != nil {
 		return jobproto.Exit{ExitCode: -1, Error: "reading job: " + err.Error()}
 	}
+	if typ == jobproto.TypeSession {
+		return runSession(in, payload, out) // kernel.go
+	}
 	if typ != jobproto.TypeJob {
 		return jobproto.Exit{ExitCode: -1, Error: fmt.Sprintf("expected a job frame, got %q", typ)}
 	}

@@ -1,7 +1,8 @@
 # The waiting interpreter of a sandbox: started by sandboxd-launcher before
 # the job arrives, it imports the profile's preload modules (argv), then
 # waits on fd 3 for the job and runs the code as __main__ in this process,
-# which exists for this one job alone.
+# which exists for this one job alone (or, in a session, serves calls as the
+# session's kernel: see kernel.py).
 import os
 import sys
 
@@ -42,6 +43,17 @@ def _sandboxd_wait():
     import json
     import types
     job = json.loads(data)
+    if "kernel" in job:
+        # A session: this interpreter becomes its kernel (kernel.py), which
+        # serves calls on fds 4 and 5 until the launcher closes them.
+        exec(compile(job["kernel"], "<sandboxd-kernel>", "exec"), {"__name__": "__sandboxd_kernel__", "__builtins__": __builtins__})
+        os._exit(0)
+    for fd in (4, 5):
+        # The kernel's channel, unused by a job.
+        try:
+            os.close(fd)
+        except OSError:
+            pass
     os.environ.update(job.get("env") or {})
     path = job["path"]
     with open(path, "rb") as f:
