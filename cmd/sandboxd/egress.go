@@ -40,6 +40,9 @@ type egressSide struct {
 	approvals egress.Approvals
 	// metrics counts egress decisions (sandboxd_egress_decisions_total).
 	metrics *metrics.Metrics
+	// fetchChecker is /fetch's checker: it learns the proxy's address.
+	fetchChecker *egress.Checker
+	proxyAddr    netip.AddrPort
 	// record, once set, keeps the proxy's decisions for the audit record
 	// of the exec they belong to (api.Server.RecordEgress).
 	record atomic.Pointer[func(*egress.Decision)]
@@ -137,6 +140,10 @@ func (e *egressSide) startLocked(ctx context.Context) (err error) {
 		}
 	}()
 	e.fw, e.proxy, e.served, e.up = fw, px, served, true
+	e.proxyAddr = n.ProxyAddr()
+	if e.fetchChecker != nil {
+		e.fetchChecker.AddSelf(e.proxyAddr)
+	}
 	e.eng.SetEgressNetwork(n)
 	e.log.Info("egress network up", "network", n.Name, "bridge", n.Bridge, "subnet", n.Subnet.String(),
 		"proxy", n.ProxyAddr().String(), "firewall_chain", fw.Chain)
@@ -182,6 +189,9 @@ func (e *egressSide) stop() {
 	}
 	e.eng.SetEgressNetwork(nil)
 	_ = e.proxy.Close()
+	if e.fetchChecker != nil {
+		e.fetchChecker.RemoveSelf(e.proxyAddr)
+	}
 	<-e.served
 	if err := e.fw.Remove(); err != nil {
 		e.log.Error("removing the egress firewall rules failed", "chain", e.fw.Chain, "err", err)

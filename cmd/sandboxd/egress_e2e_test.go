@@ -132,6 +132,7 @@ func (r *rendezvous) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 }
 
 type egressEnv struct {
+	resolver   *egresstest.Resolver
 	dataDir    string
 	t          *testing.T
 	base       string // http://127.0.0.1:port of the API
@@ -233,10 +234,11 @@ func startEgressServer(t *testing.T) *egressEnv {
 		profilesPoll: 300 * time.Millisecond,
 		egressPort:   0,
 	}
-	e.base = runServe(t, cfg, e.log, egresstest.NewResolver(map[string][]string{
+	e.resolver = egresstest.NewResolver(map[string][]string{
 		"mirror.sandboxd.test": {"127.0.0.1"},
 		"other.sandboxd.test":  {"127.0.0.1"},
-	}), func() { e.checkTornDown(cli) })
+	})
+	e.base = runServe(t, cfg, e.log, e.resolver, func() { e.checkTornDown(cli) })
 	if len(e.log.lines("egress network up")) != 1 {
 		t.Fatalf("the egress network is not up:\n%s", tail(e.log.String(), 30))
 	}
@@ -640,6 +642,34 @@ print(json.dumps(out))
 			}
 		}
 		t.Logf("a %v -> b %v: %v; b -> a: %v", a["ip"], b["ip"], a["tcp"], b["tcp"])
+	})
+
+	// POST /fetch cannot reach the egress proxy, even under a profile that
+	// allows a name resolving to it and opens its address.
+	t.Run("fetch does not loop into the proxy", func(t *testing.T) {
+		e.resolver.Set("gw.sandboxd.test", gateway)
+		writeFile(t, filepath.Join(e.profiles, "egress/loop.yaml"), fmt.Sprintf(
+			"name: loop\nallow:\n  - hosts: [gw.sandboxd.test]\n    ports: [%s]\nallow_cidrs: [\"%s/32\"]\n", proxyPort, gateway))
+		body, _ := json.Marshal(map[string]any{"url": "http://gw.sandboxd.test:" + proxyPort + "/", "profile": "loop"})
+		deadline := time.Now().Add(20 * time.Second)
+		for {
+			req, _ := http.NewRequest(http.MethodPost, e.base+"/fetch", bytes.NewReader(body))
+			req.Header.Set("Authorization", "Bearer "+e.key)
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			data, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode == 403 && strings.Contains(string(data), "own listening address") {
+				break
+			}
+			if resp.StatusCode != 400 || time.Now().After(deadline) { // 400: the profile is not loaded yet
+				t.Fatalf("fetch of the proxy's address: %d %s", resp.StatusCode, data)
+			}
+			time.Sleep(300 * time.Millisecond)
+		}
+		os.Remove(filepath.Join(e.profiles, "egress/loop.yaml"))
 	})
 
 	t.Run("hot reload", func(t *testing.T) {

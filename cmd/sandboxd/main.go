@@ -297,6 +297,11 @@ func serveWith(cfg *serveConfig, log *slog.Logger, console io.Writer) error {
 	// the API decides them (api.New tells the service who runs each exec).
 	approvals := approval.New(approval.Config{Store: ctl.Store, Log: log})
 	eside := &egressSide{eng: eng, cur: current, log: log, instance: instance, port: cfg.egressPort, resolver: resolver, approvals: approvals, metrics: ctl.Metrics}
+	// POST /fetch decides with its own checker, which knows sandboxd's own
+	// addresses (the egress proxy's, added when it listens, and the API's,
+	// added below), so a fetch cannot loop back into sandboxd.
+	fetchChecker := &egress.Checker{Resolver: resolver, Approvals: approvals, Observe: eside.count}
+	eside.fetchChecker = fetchChecker
 	// The proxy and the firewall outlive the sandboxes: they stop once the
 	// runner has removed every container (on an early return too). When
 	// that fails, the firewall rules stay (fail closed) until the next
@@ -349,10 +354,6 @@ func serveWith(cfg *serveConfig, log *slog.Logger, console io.Writer) error {
 	}
 	go rl.run(reloadCtx, cfg.profilesPoll, hup)
 
-	// POST /fetch decides with its own checker, which knows the API's
-	// address (added once listening), so a fetch cannot loop back into
-	// sandboxd.
-	fetchChecker := &egress.Checker{Resolver: resolver, Approvals: approvals, Observe: eside.count}
 	srv := api.New(api.Config{
 		DataDir:         dataDir,
 		Profiles:        set,
