@@ -130,6 +130,7 @@ type Runner struct {
 	live                   liveSet
 	reaperStop, reaperDone chan struct{}
 	reaped                 atomic.Int64
+	images                 *imageCache // imagecache.go
 }
 
 // New connects to the engine named by the environment (DOCKER_HOST etc.),
@@ -140,7 +141,7 @@ func New(log *slog.Logger, instance string) (*Runner, error) {
 	if err != nil {
 		return nil, fmt.Errorf("connecting to the container engine: %w", err)
 	}
-	return &Runner{cli: cli, log: log, instance: instance}, nil
+	return &Runner{cli: cli, log: log, instance: instance, images: newImageCache()}, nil
 }
 
 // InstanceID derives a stable instance name from a data directory, so a
@@ -388,7 +389,7 @@ func (r *Runner) Run(ctx context.Context, spec *Spec) (*Result, error) {
 	if Networked(spec.Profile) && r.EgressNetwork() == nil {
 		return nil, egressUnavailable(spec.Profile)
 	}
-	imageID, err := r.ImageID(ctx, spec.Profile.Image)
+	imageID, err := r.images.get(ctx, spec.Profile.Image, r.ImageID)
 	if err != nil {
 		return nil, err
 	}
