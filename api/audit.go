@@ -140,13 +140,19 @@ func (s *Server) auditExec(j *execJob, a *answer) *answer {
 			r.Detail["egress_decisions_dropped"] = strconv.Itoa(dropped)
 		}
 	}
+	if j.auditHook != nil {
+		j.auditHook(r, &parts, meta)
+	}
 	// The code is kept as a capture whether or not it ran: it is what was
 	// asked for.
 	capt := &capture.Capture{Kind: "exec", Tenant: r.Tenant, KeyID: r.KeyID, RequestID: r.RequestID, Meta: meta, Parts: parts,
 		Retention: days(spec.Profile.CaptureRetentionDays)}
 	if err := s.captures.Put(context.Background(), capt); err != nil {
 		j.log.Error("storing the exec capture failed", "err", err)
-		r.Detail = map[string]string{"capture_error": err.Error()}
+		if r.Detail == nil {
+			r.Detail = map[string]string{}
+		}
+		r.Detail["capture_error"] = err.Error()
 	} else {
 		r.CaptureIDs = []string{capt.ID}
 	}

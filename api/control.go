@@ -68,6 +68,8 @@ type control struct {
 	limits  *budget.Limiter
 	guard   *loopguard.Guard
 	metrics *metrics.Metrics
+	// sessions are the server's sessions (sessions.go).
+	sessions *sessionMgr
 
 	frozen atomic.Pointer[FreezeState]
 
@@ -180,6 +182,7 @@ func (s *Server) controlRoutes(e *echo.Echo) {
 // Close stops the control plane's background work and closes the store if
 // the server opened it. Call it after KillRuns.
 func (s *Server) Close() error {
+	s.closeSessions() // sessions.go
 	s.ctl.stopJanitor()
 	<-s.ctl.janitorDone
 	if s.ownsAudit {

@@ -41,6 +41,8 @@ type execJob struct {
 	started time.Time
 	// datasets the run mounts, with their snapshot ids.
 	datasets []DatasetRef
+	// auditHook, when set, adds to the audit record and the capture.
+	auditHook execAuditHook
 }
 
 // answer is an exec's HTTP answer, kept as bytes so that it can be stored

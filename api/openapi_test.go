@@ -428,6 +428,19 @@ tenants:
 	c.do(oasCall{method: "POST", route: "/mcp", target: "/mcp", body: `{"jsonrpc":"2.0","id":1,"method":"tools/list"}`, header: accept}).want(t, "mcp without key", 401, CodeAuth)
 	c.do(oasCall{method: "POST", route: "/mcp", target: "/mcp", key: keyAgent, body: `{"jsonrpc":"2.0","id":1,"method":"tools/list"}`}).want(t, "mcp without accept", 400, "")
 
+	// Sessions: one started, used, given a file, read from and ended; refusals.
+	r = c.do(oasCall{method: "POST", route: "/sessions", target: "/sessions", key: keyAgent, body: `{"profile":"default","idle_timeout_s":60}`, validRequest: true}).want(t, "create session", 201, "")
+	sid, _ := r.body["id"].(string)
+	c.do(oasCall{method: "POST", route: "/sessions", target: "/sessions", key: keyAgent, body: `{"idle_timeout_s":999999}`}).want(t, "session idle over the ceiling", 400, CodeValidation)
+	c.do(oasCall{method: "POST", route: "/sessions/{id}/exec", target: "/sessions/" + sid + "/exec", key: keyAgent, body: `{"code":"plot()","timeout_ms":1000}`, validRequest: true}).want(t, "session exec", 200, "")
+	c.do(oasCall{method: "POST", route: "/sessions/{id}/files", target: "/sessions/" + sid + "/files", key: keyAgent, body: `{"files":[{"path":"d/a.txt","content":"aGk="}]}`, validRequest: true}).want(t, "session files", 200, "")
+	c.do(oasCall{method: "GET", route: "/sessions/{id}/files/{path}", target: "/sessions/" + sid + "/files/d%2Fa.txt", key: keyAgent, validRequest: true}).want(t, "session file", 200, "")
+	c.do(oasCall{method: "GET", route: "/sessions/{id}/files/{path}", target: "/sessions/" + sid + "/files/nope", key: keyAgent, validRequest: true}).want(t, "session file missing", 404, CodeNotFound)
+	c.do(oasCall{method: "GET", route: "/sessions/{id}", target: "/sessions/" + sid, key: keyAgent, validRequest: true}).want(t, "get session", 200, "")
+	c.do(oasCall{method: "GET", route: "/sessions/{id}", target: "/sessions/" + sid, key: keyOther, validRequest: true}).want(t, "other tenant's session", 404, CodeNotFound)
+	c.do(oasCall{method: "DELETE", route: "/sessions/{id}", target: "/sessions/" + sid, key: keyAgent, validRequest: true}).want(t, "end session", 200, "")
+	c.do(oasCall{method: "POST", route: "/sessions/{id}/exec", target: "/sessions/" + sid + "/exec", key: keyAgent, body: `{"code":"1"}`, validRequest: true}).want(t, "exec in an ended session", 409, CodeSessionEnded)
+
 	// Metrics last: it has counted every request above.
 	c.do(oasCall{method: "GET", route: "/metrics", target: "/metrics", validRequest: true}).want(t, "metrics", 200, "")
 

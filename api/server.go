@@ -129,6 +129,7 @@ func New(cfg Config) *Server {
 	s.agentRoutes(e) // agent.go: /tools, /openapi.yaml, /mcp
 	s.reviewRoutes(e)
 	s.uiRoutes(e) // ui.go: the review page at /ui/
+	s.sessionRoutes(e)
 	s.echo = e
 	return s
 }

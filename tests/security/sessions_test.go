@@ -1,0 +1,266 @@
+package security
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"io"
+	"maps"
+	"net/http"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/docker/docker/api/types/container"
+
+	"github.com/sandboxd/sandboxd/runner"
+)
+
+// notInSessions lists the attacks of the table that do not apply to a
+// session, and why. Every other attack runs inside a session, as one call,
+// and must end as it does in an exec.
+var notInSessions = map[string]string{
+	"env-host-secrets": "it sets environment variables in the request, which sessions do not take (the environment of a session is the image's)",
+}
+
+// sessionOverride adapts an attack to a session where a premise of the
+// attack or a bound of its check is the exec's and not the session's.
+type sessionOverride struct {
+	// prefix runs before the attack's code (after the prelude).
+	prefix string
+	// check replaces the attack's check.
+	check func(t *testing.T, x *run)
+	why   string
+}
+
+var sessionOverrides = map[string]sessionOverride{
+	"out-hard-links": {
+		prefix: "open('/tmp/main.py', 'w').write('# code\\n')\n",
+		why:    "the attack links /tmp/main.py, the file an exec's code is in; a session's code is in no file, so the prefix makes one there for the link to cross devices from",
+	},
+	"timeout-ignoring-sigterm": {
+		why: "the attack ignores SIGINT too, so the session's interpreter is replaced a second after the limit: the call ends at the limit + 1 s + the restart, and the state is lost",
+		check: func(t *testing.T, x *run) {
+			if x.r.Stdout != "SLEEPING\n" && x.r.Stdout != "" {
+				t.Errorf("stdout %q, want the output before the limit only", x.r.Stdout)
+			}
+			if x.r.DurationMS < 1500 || x.r.DurationMS >= 3500 {
+				t.Errorf("duration_ms %d, want in [1500, 3500): the limit, the 1 s grace of the interrupt and the restart", x.r.DurationMS)
+			}
+			if !bytes.Contains(x.res.Body, []byte(`"state_lost":true`)) {
+				t.Errorf("the interpreter that ignored the interrupt was not replaced: %s", clip(x.res.Body, 500))
+			}
+		},
+	},
+}
+
+// TestEscapesInSessions runs the attack table inside sessions under the
+// default profile: each attack gets a session of its own (with the
+// attack's limits), runs as its one call, and the session is then ended;
+// the same checks apply, and nothing the attack started may outlive the
+// session on the host.
+func TestEscapesInSessions(t *testing.T) {
+	start := time.Now()
+	hl := startHostListener(t)
+	subst := map[string]string{
+		"{{PORT}}":      strconv.Itoa(serverPort),
+		"{{HOSTADDRS}}": pyList(usableHostAddrs()),
+		"{{HOSTPORT}}":  strconv.Itoa(hl.port),
+		"{{ABSTRACT}}":  pyList(abstractTargets(hl)),
+		"{{HOSTPIDS}}":  "[" + strings.Join(hostDaemonPids(), ", ") + "]",
+	}
+	attacks := allAttacks()
+	for _, names := range [][]string{slices.Collect(maps.Keys(notInSessions)), slices.Collect(maps.Keys(sessionOverrides))} {
+		for _, name := range names {
+			if !slices.ContainsFunc(attacks, func(a attack) bool { return a.name == name }) {
+				t.Errorf("%q is not an attack of the table", name)
+			}
+		}
+	}
+	ran := 0
+	t.Run("parallel", func(t *testing.T) {
+		for _, a := range attacks {
+			if a.solo || notInSessions[a.name] != "" {
+				continue
+			}
+			ran++
+			t.Run(a.name, func(t *testing.T) {
+				t.Parallel()
+				runSessionAttack(t, "default", a, subst)
+			})
+		}
+	})
+	t.Run("solo", func(t *testing.T) {
+		for _, a := range attacks {
+			if a.solo && notInSessions[a.name] == "" {
+				ran++
+				t.Run(a.name, func(t *testing.T) { runSessionAttack(t, "default", a, subst) })
+			}
+		}
+	})
+	t.Run("after", func(t *testing.T) { afterTable(t, "default", hl) })
+	for name, why := range notInSessions {
+		t.Logf("not run in a session: %s: %s", name, why)
+	}
+	for name, o := range sessionOverrides {
+		t.Logf("adapted to a session: %s: %s", name, o.why)
+	}
+	t.Logf("%d attacks in sessions in %v", ran, time.Since(start).Round(100*time.Millisecond))
+}
+
+// sessionDo sends one session request with the suite's agent key.
+func sessionDo(method, path string, body any, reqID string) (int, []byte, error) {
+	var rd io.Reader
+	if body != nil {
+		raw, err := json.Marshal(body)
+		if err != nil {
+			return 0, nil, err
+		}
+		rd = bytes.NewReader(raw)
+	}
+	for attempt := 0; ; attempt++ {
+		if rd != nil {
+			raw, _ := json.Marshal(body)
+			rd = bytes.NewReader(raw)
+		}
+		req, err := http.NewRequest(method, baseURL+path, rd)
+		if err != nil {
+			return 0, nil, err
+		}
+		req.Header.Set("Authorization", "Bearer "+agentKey)
+		req.Header.Set("X-Request-Id", reqID)
+		resp, err := httpClient.Do(req)
+		if err != nil {
+			return 0, nil, err
+		}
+		b, err := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusTooManyRequests || attempt >= max429Retries {
+			return resp.StatusCode, b, err
+		}
+		time.Sleep(time.Second)
+	}
+}
+
+func runSessionAttack(t *testing.T, prof string, a attack, subst map[string]string) {
+	n := runCounter.Add(1)
+	x := &run{
+		profile:  prof,
+		prof:     profSet.Exec[prof],
+		nonce:    fmt.Sprintf("%s-%d", suiteNonce, n),
+		nonceNum: fmt.Sprintf("%s%04d", suiteNum, n),
+	}
+	repl := []string{"{{NONCE}}", x.nonce, "{{NONCENUM}}", x.nonceNum,
+		"{{MAXFILE}}", strconv.FormatInt(x.prof.Files.MaxOutputFileBytes, 10),
+		"{{MAXTOTAL}}", strconv.FormatInt(x.prof.Files.MaxOutputTotalBytes, 10),
+		"{{MAXCOUNT}}", strconv.Itoa(x.prof.Files.MaxOutputCount)}
+	for k, v := range subst {
+		repl = append(repl, k, v)
+	}
+	o := sessionOverrides[a.name]
+	code := strings.NewReplacer(repl...).Replace(pyPrelude + o.prefix + a.code)
+	if o.check != nil {
+		a.check = o.check
+	}
+	x.req = execRequest{Language: "python", Code: code, Limits: a.limits}
+	reqID := fmt.Sprintf("escape-s%d-%s", n, a.name)
+	if len(reqID) > 64 {
+		reqID = reqID[:64]
+	}
+	defer func() {
+		if t.Failed() {
+			time.Sleep(200 * time.Millisecond)
+			if l := serverLog.Grep(reqID, 20); l != "" {
+				t.Logf("sandboxd log lines of %s:\n%s", reqID, l)
+			}
+		}
+	}()
+	// Sessions hold no run slot between calls, but their calls do: keep
+	// to the suite's concurrency.
+	execSem <- struct{}{}
+	defer func() { <-execSem }()
+	create := map[string]any{}
+	if a.limits != nil {
+		create["limits"] = a.limits
+	}
+	status, body, err := sessionDo("POST", "/sessions", create, reqID)
+	if err != nil || status != http.StatusCreated {
+		t.Fatalf("POST /sessions: %v %d %s", err, status, clip(body, 1000))
+	}
+	var sess struct {
+		ID        string `json:"id"`
+		SandboxID string `json:"sandbox_id"`
+	}
+	if err := json.Unmarshal(body, &sess); err != nil {
+		t.Fatal(err)
+	}
+	noteExecID(sess.SandboxID)
+	ended := false
+	end := func() {
+		if ended {
+			return
+		}
+		ended = true
+		if status, body, err := sessionDo("DELETE", "/sessions/"+sess.ID, nil, reqID); err != nil || status != http.StatusOK {
+			t.Errorf("DELETE /sessions/%s: %v %d %s", sess.ID, err, status, clip(body, 500))
+		}
+		left := waitContainers(removalTimeout, func(c container.Summary) bool { return c.Labels[runner.LabelExecID] == sess.SandboxID })
+		if len(left) > 0 {
+			t.Errorf("the session's container remains after DELETE: %s", strings.Join(left, ", "))
+		}
+	}
+	defer end()
+
+	status, body, err = sessionDo("POST", "/sessions/"+sess.ID+"/exec", map[string]any{"code": code}, reqID)
+	if err != nil || status != http.StatusOK {
+		t.Fatalf("POST /sessions/%s/exec: %v %d, want 200 for a call that ran: %s", sess.ID, err, status, clip(body, 2000))
+	}
+	x.res = &httpResult{Status: status, Body: body}
+	var r execResponse
+	if err := json.Unmarshal(body, &r); err != nil {
+		t.Fatalf("200 body is not a JSON exec response: %v\n%s", err, clip(body, 2000))
+	}
+	x.r = &r
+	x.lines = strings.Split(r.Stdout, "\n")
+	if r.Status != a.status && !slices.Contains(a.otherStatus, r.Status) {
+		want := strconv.Quote(a.status)
+		for _, o := range a.otherStatus {
+			want += " or " + strconv.Quote(o)
+		}
+		t.Errorf("status %q, want %s\n%s", r.Status, want, x.describe())
+	}
+	for _, f := range r.Files {
+		if !safeName(f.Path) {
+			t.Errorf("returned file name %q is not a clean relative path without control characters", f.Path)
+		}
+	}
+	for _, s := range r.SkippedFiles {
+		if !relName(s.Path) || strings.TrimSpace(s.Reason) == "" {
+			t.Errorf("skipped file %q (reason %q)", s.Path, s.Reason)
+		}
+	}
+	for k, v := range hostSecrets {
+		if bytes.Contains(body, []byte(v)) || strings.Contains(decodedOutputs(&r), v) {
+			t.Errorf("the response carries the value of %s from sandboxd's environment", k)
+		}
+	}
+	if a.check != nil {
+		a.check(t, x)
+	}
+	// The session ends; then nothing the attack started may be left.
+	end()
+	if a.host != nil {
+		a.host(t, x)
+	}
+	if left := waitHostProcs(2*time.Second, x.nonce, x.nonceNum); len(left) > 0 {
+		t.Errorf("processes of this session are still alive on the host after it ended: %s", strings.Join(left, "; "))
+	}
+	if left := hostFilesMatching(x.nonce); len(left) > 0 {
+		t.Errorf("files named after this run exist on the host: %s", strings.Join(left, ", "))
+	}
+	if t.Failed() {
+		t.Logf("stdout:\n%s", clip([]byte(r.Stdout), 6000))
+	}
+}
