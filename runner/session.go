@@ -1,6 +1,7 @@
 package runner
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -261,9 +262,15 @@ func (s *Session) send(typ byte, v any) error {
 			return err
 		}
 	}
+	// One write per frame.
+	var buf bytes.Buffer
+	if err := jobproto.WriteFrame(&buf, typ, p); err != nil {
+		return err
+	}
 	s.wmu.Lock()
 	defer s.wmu.Unlock()
-	return jobproto.WriteFrame(s.hj.Conn, typ, p)
+	_, err := s.hj.Conn.Write(buf.Bytes())
+	return err
 }
 
 // read passes the launcher's frames to the operation that waits for them,

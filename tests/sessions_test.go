@@ -76,7 +76,7 @@ type sessionExecResponse struct {
 
 // sessClient talks to one sandboxd with one key.
 type sessClient struct {
-	t    *testing.T
+	t    testing.TB
 	base func() string // the server's URL, which a restart changes
 	key  string
 	log  *logBuffer
@@ -468,6 +468,26 @@ func TestSessionOOMEndsTheSession(t *testing.T) {
 		t.Fatalf("after the OOM kill: %+v", g)
 	}
 	waitSandboxGone(t, s.SandboxID, removalTimeout)
+
+	// A thread the code left running hits the limit between calls: the
+	// session ends all the same.
+	s = c.create(`{"limits":{"memory_mb":64}}`)
+	r = c.exec(s.ID, "import threading, time\ndef hog():\n    time.sleep(0.3)\n    blocks = []\n    while True:\n        blocks.append(bytearray(16 << 20))\n"+
+		"threading.Thread(target=hog, daemon=True).start()\n'left running'")
+	if r.Status != "ok" || r.SessionState != "ready" {
+		t.Fatalf("call that leaves a thread: %+v", r)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for c.get(s.ID).State != "ended" {
+		if time.Now().After(deadline) {
+			t.Fatal("the session did not end when its interpreter was killed at the memory limit between calls")
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if g := c.get(s.ID); !strings.Contains(g.EndReason, "memory limit between calls") {
+		t.Fatalf("end reason %q", g.EndReason)
+	}
+	waitSandboxGone(t, s.SandboxID, removalTimeout)
 }
 
 func TestSessionIdleTimeoutRemovesTheContainer(t *testing.T) {
@@ -742,5 +762,51 @@ func TestSessionLatency(t *testing.T) {
 	t.Logf("session start: median %v, max %v (%d starts)", pct(creates, 0.5), pct(creates, 1), len(creates))
 	if m := pct(calls, 0.5); m > 50*time.Millisecond {
 		t.Errorf("median call latency %v, far over the 10 ms target", m)
+	}
+}
+
+// BenchmarkSessionCall: a trivial call in a warm session through the API
+// (go test -bench SessionCall ./tests/).
+func BenchmarkSessionCall(b *testing.B) {
+	c := &sessClient{t: b, base: func() string { return baseURL }, key: agentKey, log: serverLog}
+	code, raw := c.do("POST", "/sessions", `{}`)
+	var s sessionInfo
+	if code != http.StatusCreated || json.Unmarshal(raw, &s) != nil {
+		b.Fatalf("POST /sessions: %d %s", code, raw)
+	}
+	defer c.do("DELETE", "/sessions/"+s.ID, nil)
+	body := map[string]any{"code": "1 + 1"}
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		if code, raw := c.do("POST", "/sessions/"+s.ID+"/exec", body); code != http.StatusOK {
+			b.Fatalf("call: %d %s", code, raw)
+		}
+	}
+}
+
+// BenchmarkSessionStart: starting a session (and ending it, off the clock).
+func BenchmarkSessionStart(b *testing.B) {
+	c := &sessClient{t: b, base: func() string { return baseURL }, key: agentKey, log: serverLog}
+	var ids []string
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		code, raw := c.do("POST", "/sessions", `{}`)
+		var s sessionInfo
+		if code != http.StatusCreated || json.Unmarshal(raw, &s) != nil {
+			b.Fatalf("POST /sessions: %d %s", code, raw)
+		}
+		ids = append(ids, s.ID)
+		if len(ids) == 4 {
+			b.StopTimer()
+			for _, id := range ids {
+				c.do("DELETE", "/sessions/"+id, nil)
+			}
+			ids = ids[:0]
+			b.StartTimer()
+		}
+	}
+	b.StopTimer()
+	for _, id := range ids {
+		c.do("DELETE", "/sessions/"+id, nil)
 	}
 }

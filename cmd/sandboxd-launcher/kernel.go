@@ -286,6 +286,10 @@ type session struct {
 	// lost: the kernel was replaced since the last call ended, without
 	// sandboxd asking; the next call reports the state as lost.
 	lost bool
+	// oomMark is the container's OOM-kill count when the kernel last
+	// started or finished a call: a higher count when it dies between
+	// calls means the OOM killer ended it.
+	oomMark int64
 }
 
 var errStdinClosed = errors.New("sandboxd closed the session")
@@ -363,22 +367,18 @@ func (h *session) serve() error {
 				return err
 			}
 		case <-exited:
-			// The kernel died between calls (a thread the code left, the
-			// OOM killer). At the memory limit the session ends; otherwise
-			// a new kernel waits and the next call says the state is lost.
-			if h.oomSince(h.k) {
-				_ = h.out.json(jobproto.TypeNotice, jobproto.Notice{OOM: true, Message: "the interpreter was killed at the memory limit between calls"})
-				h.k = nil
-				continue
-			}
-			if err := h.restart(false); err != nil {
+			if err := h.lostBetweenCalls(); err != nil {
 				return err
 			}
 		case _, ok := <-msgs:
 			// Between calls the kernel has nothing to say; a broken channel
-			// means a broken kernel.
+			// means a broken (or dying) kernel.
 			if !ok {
-				if err := h.restart(false); err != nil {
+				select {
+				case <-h.k.exited:
+				case <-time.After(streamDrain):
+				}
+				if err := h.lostBetweenCalls(); err != nil {
 					return err
 				}
 			}
@@ -386,10 +386,25 @@ func (h *session) serve() error {
 	}
 }
 
+// lostBetweenCalls handles a kernel that died, or broke its channel,
+// between calls (a thread the code left, the OOM killer): whatever is left
+// of it goes. At the memory limit the session ends (sandboxd is told);
+// otherwise a new kernel waits and the next call says the state is lost.
+func (h *session) lostBetweenCalls() error {
+	k := h.k
+	h.kill(k)
+	h.k = nil
+	if oomKills() > h.oomMark {
+		return h.out.json(jobproto.TypeNotice, jobproto.Notice{OOM: true, Message: "the interpreter was killed at the memory limit between calls"})
+	}
+	return h.restart(false)
+}
+
 // adopt turns the waiting interpreter in into the session's kernel.
 func (h *session) adopt(in *interp) error {
 	k := &kernel{in: in, msgs: make(chan kmsg, 16), exited: make(chan struct{})}
 	k.streams = [2]*stream{newStream(jobproto.TypeStdout, h.out), newStream(jobproto.TypeStderr, h.out)}
+	h.oomMark = oomKills()
 	h.reaper.watch(k)
 	sink := func(typ byte, p []byte) {
 		if typ == jobproto.TypeStdout {
@@ -504,10 +519,6 @@ func (h *session) restart(asked bool) error {
 	}
 	h.lost = true
 	return nil
-}
-
-func (h *session) oomSince(k *kernel) bool {
-	return k != nil && oomKills() > k.in.oomBefore
 }
 
 // call runs one call and reports it.
@@ -631,7 +642,8 @@ wait:
 		}
 		h.k = nil // sandboxd restarts it, or ends the session
 	}
-	if oomKills() > oom0 {
+	h.oomMark = oomKills()
+	if h.oomMark > oom0 {
 		end.OOM = true
 	}
 	end.StdoutTruncated = k.streams[0].end()
