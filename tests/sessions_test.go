@@ -630,6 +630,12 @@ func TestSessionIsolationCapFreezeAndOrphans(t *testing.T) {
 	}
 	srv.start()
 	waitSandboxGone(t, s3.SandboxID, 30*time.Second)
+
+	// At shutdown every open session ends and its container goes.
+	s4 := owner.create(`{}`)
+	owner.exec(s4.ID, "x = 4")
+	srv.stop()
+	waitSandboxGone(t, s4.SandboxID, removalTimeout)
 }
 
 // TestSessionsMemory opens 20 sessions of the default profile at once and
