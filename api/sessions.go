@@ -439,7 +439,7 @@ func (s *Server) lookupSession(c echo.Context) (*liveSession, error) {
 }
 
 // claim marks ls busy for one operation; the returned func releases it.
-func (ls *liveSession) claim() (func(), error) {
+func (ls *liveSession) claim() (func(), *Error) {
 	ls.mu.Lock()
 	defer ls.mu.Unlock()
 	switch {
@@ -637,14 +637,6 @@ func (s *Server) sessionExec(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	if s.Frozen() {
-		return s.frozenError()
-	}
-	release, err := ls.claim()
-	if err != nil {
-		return err
-	}
-	defer release()
 	if xs == "" {
 		xs = ls.xsession
 	}
@@ -696,6 +688,15 @@ func (s *Server) sessionExec(c echo.Context) error {
 		}
 	}
 
+	// From here every answer is audited, refusals included, as /exec's.
+	if s.Frozen() {
+		return s.send(c, s.auditExec(j, errAnswer(s.frozenError())))
+	}
+	release, cerr := ls.claim()
+	if cerr != nil {
+		return s.send(c, s.auditExec(j, errAnswer(cerr)))
+	}
+	defer release()
 	ticket, refusal, err := s.ctl.limits.AdmitExec(c.Request().Context(), key.Tenant, xs, limits.TimeoutMS, limits.CPUs)
 	if err != nil {
 		j.log.Error("budget check failed", "err", err)
@@ -770,6 +771,14 @@ func (s *Server) runSessionCall(live *liveExec, j *execJob, ls *liveSession) (*a
 		a.keep = true
 		return a, nil
 	}
+	// A call stopped by a freeze or the shutdown ends its session (the
+	// hook above may not have run yet), and the answer says so.
+	if cause := context.Cause(live.ctx); cause != nil && (errors.Is(cause, errShutdown) || s.Frozen()) {
+		s.endSession(ls, "the call was stopped: "+cause.Error())
+	}
+	ls.mu.Lock()
+	res.Ended = res.Ended || ls.ended
+	ls.mu.Unlock()
 	cpu := res.ChargeCPU.Milliseconds()
 	if cpu == 0 && (res.Status == runner.StatusTimeout || res.Status == runner.StatusKilled || res.Ended) {
 		cpu = int64(float64(res.Duration.Milliseconds()) * spec.Limits.CPUs)
@@ -854,9 +863,9 @@ func (s *Server) sessionPutFiles(c echo.Context) error {
 	if s.Frozen() {
 		return s.frozenError()
 	}
-	release, err := ls.claim()
-	if err != nil {
-		return err
+	release, cerr := ls.claim()
+	if cerr != nil {
+		return cerr
 	}
 	defer release()
 	if err := ls.box.PutFiles(c.Request().Context(), files); err != nil {
@@ -883,9 +892,9 @@ func (s *Server) sessionGetFile(c echo.Context) error {
 	if err := jobproto.CheckPath(path); err != nil {
 		return validation("path", "%q: %v", path, err)
 	}
-	release, err := ls.claim()
-	if err != nil {
-		return err
+	release, cerr := ls.claim()
+	if cerr != nil {
+		return cerr
 	}
 	defer release()
 	f, reason, err := ls.box.GetFile(c.Request().Context(), path, ls.profile.Files.MaxOutputFileBytes)
@@ -907,7 +916,10 @@ func (s *Server) sessionGetFile(c echo.Context) error {
 func (s *Server) sessionFileError(ls *liveSession, err error) error {
 	if errors.Is(err, runner.ErrSessionEnded) {
 		s.endSession(ls, strings.TrimPrefix(err.Error(), runner.ErrSessionEnded.Error()+": "))
-		return &Error{Status: http.StatusConflict, Code: CodeSessionEnded, Message: fmt.Sprintf("session %s has ended: %s", ls.id, err)}
+		ls.mu.Lock()
+		reason := ls.endReason
+		ls.mu.Unlock()
+		return &Error{Status: http.StatusConflict, Code: CodeSessionEnded, Message: fmt.Sprintf("session %s has ended: %s; start a new one with POST /sessions", ls.id, reason)}
 	}
 	if errors.Is(err, context.Canceled) {
 		return &Error{Status: http.StatusServiceUnavailable, Code: CodeUnavailable, Message: "the request ended during the file transfer"}
