@@ -352,3 +352,27 @@ func TestSessionsEndIdleFrozenAndAtClose(t *testing.T) {
 		t.Fatalf("closing the server: the session was closed with %q", r)
 	}
 }
+
+// Session calls are execs to the budgets: the session budget is the
+// call's X-Session-Id, else the session's own id.
+func TestSessionCallsCountAsExecs(t *testing.T) {
+	f := newCtl(t, "defaults:\n  session: {max_execs: 2}\n", time.Second)
+	id := f.newSession(keyAgent, `{}`)
+	for i := 0; i < 2; i++ {
+		if r := f.req("POST", "/sessions/"+id+"/exec", keyAgent, `{"code":"1"}`); r.code != 200 {
+			t.Fatalf("call %d: %d %s", i, r.code, r.raw)
+		}
+	}
+	r := f.req("POST", "/sessions/"+id+"/exec", keyAgent, `{"code":"1"}`)
+	if r.code != 429 || r.errCode() != CodeBudgetExceeded || r.errAttr("budget") != "session.max_execs" || !strings.Contains(r.raw2(), id) {
+		t.Fatalf("third call of the session: %d %s", r.code, r.raw)
+	}
+	// Under an agent session of its own, the call counts there.
+	if r := f.req("POST", "/sessions/"+id+"/exec", keyAgent, `{"code":"1"}`, "X-Session-Id", "conv-1"); r.code != 200 {
+		t.Fatalf("call under X-Session-Id: %d %s", r.code, r.raw)
+	}
+	u := f.req("GET", "/usage?session=conv-1", keyAgent, "")
+	if u.code != 200 || !strings.Contains(u.raw2(), `"execs":1`) {
+		t.Fatalf("usage of conv-1: %d %s", u.code, u.raw)
+	}
+}
