@@ -265,7 +265,7 @@ type liveSession struct {
 func (s *Server) sessionRoutes(e *echo.Echo) {
 	m := &sessionMgr{byID: map[string]*liveSession{}, open: map[string]int{}, stop: make(chan struct{}), done: make(chan struct{})}
 	s.ctl.sessions = m
-	s.ctl.metrics.Gauge("sandboxd_sessions_open", "Sessions whose sandbox is running.", func() float64 {
+	s.ctl.metrics.Gauge("sandboxd_sessions_open", "Sessions open or starting.", func() float64 {
 		m.mu.Lock()
 		defer m.mu.Unlock()
 		n := 0
@@ -567,8 +567,18 @@ func (s *Server) createSession(c echo.Context) error {
 	ls := &liveSession{id: id, tenant: key.Tenant, keyID: key.ID, xsession: xs, profile: prof, limits: limits, idle: idle, lifetime: life,
 		created: now, lastUsed: now, box: box, sandbox: box.ID()}
 	m.mu.Lock()
-	m.byID[id] = ls
+	closing := false
+	select {
+	case <-m.stop:
+		closing = true // closeSessions has run or runs: it would miss this one
+	default:
+		m.byID[id] = ls
+	}
 	m.mu.Unlock()
+	if closing {
+		box.Close("sandboxd is shutting down")
+		return &Error{Status: http.StatusServiceUnavailable, Code: CodeUnavailable, Message: "sandboxd is shutting down"}
+	}
 	started = true
 	log.Info("session started", "sandbox_id", ls.sandbox, "start_ms", time.Since(begin).Milliseconds(), "idle_timeout_s", int64(idle/time.Second), "max_lifetime_s", int64(life/time.Second))
 	c.Response().Header().Set("Location", "/sessions/"+id)
