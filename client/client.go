@@ -244,11 +244,7 @@ func (c *Client) Exec(ctx context.Context, req *api.ExecRequest, opts ...CallOpt
 	if req.Async {
 		return nil, errors.New("client: Exec: req.Async is set; use ExecAsync")
 	}
-	var out api.ExecResponse
-	if _, err := c.do(ctx, http.MethodPost, "/exec", nil, req, &out, opts); err != nil {
-		return nil, err
-	}
-	return &out, nil
+	return decodeCall[api.ExecResponse](ctx, c, http.MethodPost, "/exec", nil, req, opts)
 }
 
 // ExecAsync starts a run in the background (POST /exec with async) and
@@ -259,30 +255,18 @@ func (c *Client) ExecAsync(ctx context.Context, req *api.ExecRequest, opts ...Ca
 	}
 	r := *req
 	r.Async = true
-	var out api.ExecState
-	if _, err := c.do(ctx, http.MethodPost, "/exec", nil, &r, &out, opts); err != nil {
-		return nil, err
-	}
-	return &out, nil
+	return decodeCall[api.ExecState](ctx, c, http.MethodPost, "/exec", nil, &r, opts)
 }
 
 // GetExec returns an exec's state (GET /exec/{id}).
 func (c *Client) GetExec(ctx context.Context, id string, opts ...CallOption) (*api.ExecState, error) {
-	var out api.ExecState
-	if _, err := c.do(ctx, http.MethodGet, "/exec/"+url.PathEscape(id), nil, nil, &out, opts); err != nil {
-		return nil, err
-	}
-	return &out, nil
+	return decodeCall[api.ExecState](ctx, c, http.MethodGet, "/exec/"+url.PathEscape(id), nil, nil, opts)
 }
 
 // CancelExec kills a queued or running exec and returns its final state
 // (DELETE /exec/{id}); on an exec that has ended it changes nothing.
 func (c *Client) CancelExec(ctx context.Context, id string, opts ...CallOption) (*api.ExecState, error) {
-	var out api.ExecState
-	if _, err := c.do(ctx, http.MethodDelete, "/exec/"+url.PathEscape(id), nil, nil, &out, opts); err != nil {
-		return nil, err
-	}
-	return &out, nil
+	return decodeCall[api.ExecState](ctx, c, http.MethodDelete, "/exec/"+url.PathEscape(id), nil, nil, opts)
 }
 
 // Done reports whether an exec state is final (not queued or running).
@@ -317,11 +301,7 @@ func (c *Client) Fetch(ctx context.Context, req *api.FetchRequest, opts ...CallO
 	if req == nil {
 		return nil, errors.New("client: Fetch: nil request")
 	}
-	var out api.FetchResponse
-	if _, err := c.do(ctx, http.MethodPost, "/fetch", nil, req, &out, opts); err != nil {
-		return nil, err
-	}
-	return &out, nil
+	return decodeCall[api.FetchResponse](ctx, c, http.MethodPost, "/fetch", nil, req, opts)
 }
 
 // SessionUsage reports a session's use against its budgets (GET
@@ -331,30 +311,18 @@ func (c *Client) SessionUsage(ctx context.Context, tenant, session string, opts 
 	if tenant != "" {
 		q.Set("tenant", tenant)
 	}
-	var out budget.SessionReport
-	if _, err := c.do(ctx, http.MethodGet, "/usage", q, nil, &out, opts); err != nil {
-		return nil, err
-	}
-	return &out, nil
+	return decodeCall[budget.SessionReport](ctx, c, http.MethodGet, "/usage", q, nil, opts)
 }
 
 // TenantUsage reports a tenant's use today against its budgets (GET
 // /usage?tenant=).
 func (c *Client) TenantUsage(ctx context.Context, tenant string, opts ...CallOption) (*budget.TenantReport, error) {
-	var out budget.TenantReport
-	if _, err := c.do(ctx, http.MethodGet, "/usage", url.Values{"tenant": {tenant}}, nil, &out, opts); err != nil {
-		return nil, err
-	}
-	return &out, nil
+	return decodeCall[budget.TenantReport](ctx, c, http.MethodGet, "/usage", url.Values{"tenant": {tenant}}, nil, opts)
 }
 
 // FreezeState returns the kill switch's state (GET /admin/freeze).
 func (c *Client) FreezeState(ctx context.Context, opts ...CallOption) (*api.FreezeResponse, error) {
-	var out api.FreezeResponse
-	if _, err := c.do(ctx, http.MethodGet, "/admin/freeze", nil, nil, &out, opts); err != nil {
-		return nil, err
-	}
-	return &out, nil
+	return decodeCall[api.FreezeResponse](ctx, c, http.MethodGet, "/admin/freeze", nil, nil, opts)
 }
 
 // Freeze turns the kill switch on (POST /admin/freeze); req may be nil.
@@ -363,48 +331,28 @@ func (c *Client) Freeze(ctx context.Context, req *api.FreezeRequest, opts ...Cal
 	if req != nil {
 		in = req
 	}
-	var out api.FreezeResponse
-	if _, err := c.do(ctx, http.MethodPost, "/admin/freeze", nil, in, &out, opts); err != nil {
-		return nil, err
-	}
-	return &out, nil
+	return decodeCall[api.FreezeResponse](ctx, c, http.MethodPost, "/admin/freeze", nil, in, opts)
 }
 
 // Unfreeze lifts the kill switch (POST /admin/unfreeze).
 func (c *Client) Unfreeze(ctx context.Context, opts ...CallOption) (*api.FreezeResponse, error) {
-	var out api.FreezeResponse
-	if _, err := c.do(ctx, http.MethodPost, "/admin/unfreeze", nil, nil, &out, opts); err != nil {
-		return nil, err
-	}
-	return &out, nil
+	return decodeCall[api.FreezeResponse](ctx, c, http.MethodPost, "/admin/unfreeze", nil, nil, opts)
 }
 
 // Profiles lists the exec and egress profiles (GET /profiles).
 func (c *Client) Profiles(ctx context.Context, opts ...CallOption) (*api.ProfileList, error) {
-	var out api.ProfileList
-	if _, err := c.do(ctx, http.MethodGet, "/profiles", nil, nil, &out, opts); err != nil {
-		return nil, err
-	}
-	return &out, nil
+	return decodeCall[api.ProfileList](ctx, c, http.MethodGet, "/profiles", nil, nil, opts)
 }
 
 // Profile returns one profile of either kind (GET /profiles/{name}).
 func (c *Client) Profile(ctx context.Context, name string, opts ...CallOption) (*api.ProfileDetail, error) {
-	var out api.ProfileDetail
-	if _, err := c.do(ctx, http.MethodGet, "/profiles/"+url.PathEscape(name), nil, nil, &out, opts); err != nil {
-		return nil, err
-	}
-	return &out, nil
+	return decodeCall[api.ProfileDetail](ctx, c, http.MethodGet, "/profiles/"+url.PathEscape(name), nil, nil, opts)
 }
 
 // Evaluate returns the decision an egress profile makes on a URL (POST
 // /profiles/{name}/evaluate), without connecting anywhere.
 func (c *Client) Evaluate(ctx context.Context, profile string, req *api.EvaluateRequest, opts ...CallOption) (*api.EvaluateResponse, error) {
-	var out api.EvaluateResponse
-	if _, err := c.do(ctx, http.MethodPost, "/profiles/"+url.PathEscape(profile)+"/evaluate", nil, req, &out, opts); err != nil {
-		return nil, err
-	}
-	return &out, nil
+	return decodeCall[api.EvaluateResponse](ctx, c, http.MethodPost, "/profiles/"+url.PathEscape(profile)+"/evaluate", nil, req, opts)
 }
 
 // ApprovalFilter selects approvals; zero values are the server's defaults
@@ -426,30 +374,18 @@ func (c *Client) Approvals(ctx context.Context, f ApprovalFilter, opts ...CallOp
 	if f.Limit > 0 {
 		q.Set("limit", strconv.Itoa(f.Limit))
 	}
-	var out api.ApprovalList
-	if _, err := c.do(ctx, http.MethodGet, "/approvals", q, nil, &out, opts); err != nil {
-		return nil, err
-	}
-	return &out, nil
+	return decodeCall[api.ApprovalList](ctx, c, http.MethodGet, "/approvals", q, nil, opts)
 }
 
 // Approval returns one approval request (GET /approvals/{id}).
 func (c *Client) Approval(ctx context.Context, id string, opts ...CallOption) (*api.ApprovalView, error) {
-	var out api.ApprovalView
-	if _, err := c.do(ctx, http.MethodGet, "/approvals/"+url.PathEscape(id), nil, nil, &out, opts); err != nil {
-		return nil, err
-	}
-	return &out, nil
+	return decodeCall[api.ApprovalView](ctx, c, http.MethodGet, "/approvals/"+url.PathEscape(id), nil, nil, opts)
 }
 
 // DecideApproval approves (with a TTL) or rejects an approval request
 // (POST /approvals/{id}).
 func (c *Client) DecideApproval(ctx context.Context, id string, req *api.ApprovalDecisionRequest, opts ...CallOption) (*api.ApprovalView, error) {
-	var out api.ApprovalView
-	if _, err := c.do(ctx, http.MethodPost, "/approvals/"+url.PathEscape(id), nil, req, &out, opts); err != nil {
-		return nil, err
-	}
-	return &out, nil
+	return decodeCall[api.ApprovalView](ctx, c, http.MethodPost, "/approvals/"+url.PathEscape(id), nil, req, opts)
 }
 
 // Audit lists audit records, newest first (GET /audit). Continue with
@@ -469,20 +405,12 @@ func (c *Client) Audit(ctx context.Context, f audit.Filter, opts ...CallOption) 
 	if f.Limit > 0 {
 		q.Set("limit", strconv.Itoa(f.Limit))
 	}
-	var out api.AuditPage
-	if _, err := c.do(ctx, http.MethodGet, "/audit", q, nil, &out, opts); err != nil {
-		return nil, err
-	}
-	return &out, nil
+	return decodeCall[api.AuditPage](ctx, c, http.MethodGet, "/audit", q, nil, opts)
 }
 
 // AuditRecord returns one audit record (GET /audit/{id}).
 func (c *Client) AuditRecord(ctx context.Context, id string, opts ...CallOption) (*audit.Record, error) {
-	var out audit.Record
-	if _, err := c.do(ctx, http.MethodGet, "/audit/"+url.PathEscape(id), nil, nil, &out, opts); err != nil {
-		return nil, err
-	}
-	return &out, nil
+	return decodeCall[audit.Record](ctx, c, http.MethodGet, "/audit/"+url.PathEscape(id), nil, nil, opts)
 }
 
 // CaptureFilter selects captures for Captures.
@@ -502,21 +430,13 @@ func (c *Client) Captures(ctx context.Context, f CaptureFilter, opts ...CallOpti
 	if f.Limit > 0 {
 		q.Set("limit", strconv.Itoa(f.Limit))
 	}
-	var out api.CapturePage
-	if _, err := c.do(ctx, http.MethodGet, "/captures", q, nil, &out, opts); err != nil {
-		return nil, err
-	}
-	return &out, nil
+	return decodeCall[api.CapturePage](ctx, c, http.MethodGet, "/captures", q, nil, opts)
 }
 
 // Capture returns a capture's metadata and its text parts (GET
 // /captures/{id}).
 func (c *Client) Capture(ctx context.Context, id string, opts ...CallOption) (*api.CaptureView, error) {
-	var out api.CaptureView
-	if _, err := c.do(ctx, http.MethodGet, "/captures/"+url.PathEscape(id), nil, nil, &out, opts); err != nil {
-		return nil, err
-	}
-	return &out, nil
+	return decodeCall[api.CaptureView](ctx, c, http.MethodGet, "/captures/"+url.PathEscape(id), nil, nil, opts)
 }
 
 // CaptureRaw returns one part's bytes (GET /captures/{id}/raw); part ""
@@ -532,21 +452,13 @@ func (c *Client) CaptureRaw(ctx context.Context, id, part string, opts ...CallOp
 // EraseCapture erases a capture's content, keeping its tombstone (DELETE
 // /captures/{id}); reason goes into the audit log.
 func (c *Client) EraseCapture(ctx context.Context, id, reason string, opts ...CallOption) (*capture.Capture, error) {
-	var out capture.Capture
-	if _, err := c.do(ctx, http.MethodDelete, "/captures/"+url.PathEscape(id), nil, &api.CaptureAction{Reason: reason}, &out, opts); err != nil {
-		return nil, err
-	}
-	return &out, nil
+	return decodeCall[capture.Capture](ctx, c, http.MethodDelete, "/captures/"+url.PathEscape(id), nil, &api.CaptureAction{Reason: reason}, opts)
 }
 
 // HoldCapture places (on) or lifts a legal hold on a capture (POST
 // /captures/{id}/hold).
 func (c *Client) HoldCapture(ctx context.Context, id string, on bool, reason string, opts ...CallOption) (*capture.Capture, error) {
-	var out capture.Capture
-	if _, err := c.do(ctx, http.MethodPost, "/captures/"+url.PathEscape(id)+"/hold", nil, &api.CaptureAction{On: &on, Reason: reason}, &out, opts); err != nil {
-		return nil, err
-	}
-	return &out, nil
+	return decodeCall[capture.Capture](ctx, c, http.MethodPost, "/captures/"+url.PathEscape(id)+"/hold", nil, &api.CaptureAction{On: &on, Reason: reason}, opts)
 }
 
 // TenantHold is the answer of HoldTenant.
@@ -558,11 +470,7 @@ type TenantHold struct {
 // HoldTenant places (on) or lifts a legal hold on all of a tenant's
 // captures (POST /holds/{tenant}).
 func (c *Client) HoldTenant(ctx context.Context, tenant string, on bool, reason string, opts ...CallOption) (*TenantHold, error) {
-	var out TenantHold
-	if _, err := c.do(ctx, http.MethodPost, "/holds/"+url.PathEscape(tenant), nil, &api.CaptureAction{On: &on, Reason: reason}, &out, opts); err != nil {
-		return nil, err
-	}
-	return &out, nil
+	return decodeCall[TenantHold](ctx, c, http.MethodPost, "/holds/"+url.PathEscape(tenant), nil, &api.CaptureAction{On: &on, Reason: reason}, opts)
 }
 
 // Healthz checks that the process is alive (GET /healthz).
@@ -671,4 +579,13 @@ func setIf(q url.Values, name, v string) {
 	if v != "" {
 		q.Set(name, v)
 	}
+}
+
+// decodeCall does one request and decodes the answer into a new T.
+func decodeCall[T any](ctx context.Context, c *Client, method, path string, q url.Values, body any, opts []CallOption) (*T, error) {
+	var out T
+	if _, err := c.do(ctx, method, path, q, body, &out, opts); err != nil {
+		return nil, err
+	}
+	return &out, nil
 }
