@@ -385,6 +385,18 @@ func (s *Server) endSession(ls *liveSession, reason string) {
 	m.mu.Unlock()
 	ls.box.Close(reason)
 	s.log.Info("session ended", "session_id", ls.id, "tenant", ls.tenant, "key_id", ls.keyID, "sandbox_id", ls.sandbox, "reason", reason)
+	xs := ls.xsession
+	if xs == "" {
+		xs = ls.id
+	}
+	ar := &audit.Record{Kind: audit.KindSession, Action: "end", Status: "ended", Tenant: ls.tenant, KeyID: ls.keyID, Session: xs, Subject: ls.id,
+		Message: reason, ExecProfile: &audit.ProfileRef{Name: ls.profile.Name, Version: ls.profile.Version},
+		Detail: map[string]string{"sandbox_id": ls.sandbox}}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := s.audit.Append(ctx, ar); err != nil {
+		s.log.Error("writing the session end's audit record failed", "session_id", ls.id, "err", err)
+	}
 }
 
 func (ls *liveSession) info() *SessionInfo {
@@ -581,6 +593,18 @@ func (s *Server) createSession(c echo.Context) error {
 	}
 	started = true
 	log.Info("session started", "sandbox_id", ls.sandbox, "start_ms", time.Since(begin).Milliseconds(), "idle_timeout_s", int64(idle/time.Second), "max_lifetime_s", int64(life/time.Second))
+	ar := metaOf(c).record(audit.KindSession)
+	ar.Session, ar.Subject, ar.Action, ar.Status = xs, id, "start", "ok"
+	if ar.Session == "" {
+		ar.Session = id
+	}
+	ar.ExecProfile = &audit.ProfileRef{Name: prof.Name, Version: prof.Version}
+	ar.Image, ar.Runtime = box.ImageID(), prof.Runtime
+	ar.Detail = map[string]string{"sandbox_id": ls.sandbox, "idle_timeout_s": strconv.FormatInt(int64(idle/time.Second), 10), "max_lifetime_s": strconv.FormatInt(int64(life/time.Second), 10)}
+	if err := s.auditEvent(c, ar, "the session start"); err != nil {
+		s.endSession(ls, "its audit record could not be written")
+		return err
+	}
 	c.Response().Header().Set("Location", "/sessions/"+id)
 	return c.JSON(http.StatusCreated, ls.info())
 }

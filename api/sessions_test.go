@@ -376,3 +376,27 @@ func TestSessionCallsCountAsExecs(t *testing.T) {
 		t.Fatalf("usage of conv-1: %d %s", u.code, u.raw)
 	}
 }
+
+// A session's start, its calls and its end are audit records that share
+// the session, so the timeline groups them.
+func TestSessionAuditTimeline(t *testing.T) {
+	f := newCtl(t, "", time.Second)
+	id := f.newSession(keyAgent, `{"profile":"default"}`)
+	if r := f.req(http.MethodPost, "/sessions/"+id+"/exec", keyAgent, `{"code":"x = 1"}`); r.code != 200 {
+		t.Fatalf("call: %d %s", r.code, r.raw)
+	}
+	if r := f.req(http.MethodDelete, "/sessions/"+id, keyAgent, ""); r.code != 200 {
+		t.Fatalf("delete: %d %s", r.code, r.raw)
+	}
+	p := auditPage(t, f.req(http.MethodGet, "/audit?session="+id, keyRev, ""))
+	var got []string
+	for _, rec := range p.Records {
+		got = append(got, rec.Kind+"/"+rec.Action)
+	}
+	if strings.Join(got, ",") != "session/end,exec/,session/start" {
+		t.Fatalf("the session's records, newest first: %v", got)
+	}
+	if p.Records[2].Subject != id || p.Records[2].ExecProfile == nil || p.Records[0].Message == "" {
+		t.Fatalf("session records: %+v", p.Records)
+	}
+}

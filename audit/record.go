@@ -31,7 +31,8 @@ const (
 	KindCaptureDelete = "capture_delete" // retention sweeper
 	KindCaptureErase  = "capture_erase"  // erasure request (tombstone)
 	KindCaptureHold   = "capture_hold"
-	KindAdmin         = "admin" // freeze, unfreeze, approval decisions
+	KindAdmin         = "admin"   // freeze, unfreeze, approval decisions
+	KindSession       = "session" // a stateful session started or ended (its calls are exec records)
 )
 
 // Record is one audit record. The API fills what it knows; Append sets Seq,

@@ -39,7 +39,7 @@ type auditData struct {
 }
 
 var kinds = []string{audit.KindExec, audit.KindFetch, audit.KindProfileReload, audit.KindKeysReload,
-	audit.KindCaptureErase, audit.KindCaptureHold, audit.KindCaptureDelete, audit.KindAdmin}
+	audit.KindCaptureErase, audit.KindCaptureHold, audit.KindCaptureDelete, audit.KindAdmin, audit.KindSession}
 
 var (
 	sha256Pattern = regexp.MustCompile(`^[0-9a-fA-F]{64}$`)
