@@ -906,49 +906,14 @@ func snapshot(dir string) map[string]sig {
 }
 
 // collectChanged returns the entries under OutDir that are new or changed
-// since before, as collect does for a job: regular files within the caps
-// as file frames, the rest as skipped frames.
+// since before, as collect does for a job.
 func collectChanged(before map[string]sig, caps *jobproto.SessionInit, out *frameWriter) {
 	after := snapshot(jobproto.OutDir)
-	var total int64
-	count := 0
-	_ = filepath.WalkDir(jobproto.OutDir, func(path string, d fs.DirEntry, err error) error {
-		if path == jobproto.OutDir || err != nil || d.IsDir() {
-			return nil
-		}
-		if s, ok := before[path]; ok && s == after[path] {
-			return nil
-		}
-		rel, _ := filepath.Rel(jobproto.OutDir, path)
-		skip := func(reason string) error {
-			return out.json(jobproto.TypeSkipped, jobproto.Skipped{Path: rel, Reason: reason})
-		}
-		t := d.Type()
-		switch {
-		case t&fs.ModeSymlink != 0:
-			return skip("symbolic link, not followed")
-		case !t.IsRegular():
-			return skip("special file, not read")
-		case count >= caps.MaxOutCount:
-			return skip(fmt.Sprintf("more than %d files in /sandbox/out", caps.MaxOutCount))
-		}
-		content, mode, err := readRegular(path, caps.MaxOutFileBytes)
-		switch {
-		case errors.Is(err, errTooLarge):
-			return skip(fmt.Sprintf("larger than the %d-byte per-file cap", caps.MaxOutFileBytes))
-		case err != nil:
-			return skip("unreadable: " + err.Error())
-		case total+int64(len(content)) > caps.MaxOutTotalBytes:
-			return skip(fmt.Sprintf("over the %d-byte cap on all returned files", caps.MaxOutTotalBytes))
-		}
-		total += int64(len(content))
-		count++
-		p, err := jobproto.EncodeFile(jobproto.FileHeader{Path: rel, Mode: mode, Size: int64(len(content))}, content)
-		if err != nil {
-			return err
-		}
-		return out.frame(jobproto.TypeFile, p)
-	})
+	unchanged := func(path string) bool {
+		s, ok := before[path]
+		return ok && s == after[path]
+	}
+	collect(outCaps{count: caps.MaxOutCount, file: caps.MaxOutFileBytes, total: caps.MaxOutTotalBytes}, unchanged, out)
 }
 
 // cpuUse is CPU time in milliseconds.

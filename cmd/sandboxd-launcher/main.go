@@ -142,7 +142,7 @@ func run(out *frameWriter) jobproto.Exit {
 		return jobproto.Exit{ExitCode: -1, Error: err.Error()}
 	}
 	exit := in.run(&job)
-	collect(&job, out)
+	collect(outCaps{count: job.MaxOutCount, file: job.MaxOutFileBytes, total: job.MaxOutTotalBytes}, nil, out)
 	return exit
 }
 
@@ -239,15 +239,26 @@ func oomKills() int64 {
 	return 0
 }
 
+// outCaps bound what is returned from OutDir: files, bytes per file, bytes
+// in all.
+type outCaps struct {
+	count       int
+	file, total int64
+}
+
 // collect returns the entries under OutDir: regular files within the caps as
 // file frames; links, special files and files over a cap as skipped frames.
-// Links are never followed.
-func collect(job *jobproto.Job, out *frameWriter) {
+// Links are never followed. skipEntry, when set, leaves out the entries it
+// names (a session call returns only what it created or changed).
+func collect(caps outCaps, skipEntry func(path string) bool, out *frameWriter) {
 	var total int64
 	count := 0
 	_ = filepath.WalkDir(jobproto.OutDir, func(path string, d fs.DirEntry, err error) error {
 		if path == jobproto.OutDir {
 			return err
+		}
+		if skipEntry != nil && skipEntry(path) {
+			return nil
 		}
 		rel, _ := filepath.Rel(jobproto.OutDir, path)
 		skip := func(reason string) error {
@@ -265,17 +276,17 @@ func collect(job *jobproto.Job, out *frameWriter) {
 		case !t.IsRegular():
 			return skip("special file, not read")
 		}
-		if count >= job.MaxOutCount {
-			return skip(fmt.Sprintf("more than %d files in /sandbox/out", job.MaxOutCount))
+		if count >= caps.count {
+			return skip(fmt.Sprintf("more than %d files in /sandbox/out", caps.count))
 		}
-		content, mode, err := readRegular(path, job.MaxOutFileBytes)
+		content, mode, err := readRegular(path, caps.file)
 		switch {
 		case errors.Is(err, errTooLarge):
-			return skip(fmt.Sprintf("larger than the %d-byte per-file cap", job.MaxOutFileBytes))
+			return skip(fmt.Sprintf("larger than the %d-byte per-file cap", caps.file))
 		case err != nil:
 			return skip("unreadable: " + err.Error())
-		case total+int64(len(content)) > job.MaxOutTotalBytes:
-			return skip(fmt.Sprintf("over the %d-byte cap on all returned files", job.MaxOutTotalBytes))
+		case total+int64(len(content)) > caps.total:
+			return skip(fmt.Sprintf("over the %d-byte cap on all returned files", caps.total))
 		}
 		total += int64(len(content))
 		count++
