@@ -57,16 +57,12 @@ func loadDatasets(dir string) (map[string]*Dataset, error) {
 	if err != nil {
 		return nil, &Error{File: dsDir, Msg: fmt.Sprintf("cannot read the datasets dir: %v", unwrapPath(err))}
 	}
-	for _, ent := range entries {
-		name := ent.Name()
-		if ent.IsDir() || strings.HasPrefix(name, ".") || filepath.Ext(name) != ".yaml" {
-			continue
-		}
-		file := filepath.Join(dsDir, name)
-		data, err := os.ReadFile(file)
-		if err != nil {
-			return nil, &Error{File: file, Msg: fmt.Sprintf("cannot read dataset: %v", unwrapPath(err))}
-		}
+	files, err := readYAMLFiles(dsDir, entries, "datasets", "dataset")
+	if err != nil {
+		return nil, err
+	}
+	for _, f := range files {
+		file, data := f.path, f.data
 		ds, err := parseDataset(file, data)
 		if err != nil {
 			return nil, err

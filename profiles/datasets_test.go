@@ -21,6 +21,7 @@ func TestDatasets(t *testing.T) {
 		{"sales.yaml", "name: sales\npath: " + data + "\n", "tenants is required"},
 		{"sales.yaml", "name: sales\npath: " + data + "\ntenants: [\"a b\"]\n", "not a tenant name"},
 		{"sales.yaml", "name: sales\npath: " + data + "\ntenants: [acme]\nmount: rw\n", "mount"},
+		{"sales.yml", "name: sales\npath: " + data + "\ntenants: [acme]\n", "must end in .yaml"},
 	}
 	for _, c := range cases {
 		dir := t.TempDir()

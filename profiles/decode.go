@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"os"
+	"path/filepath"
 	"reflect"
 	"strings"
 	"time"
@@ -207,3 +209,37 @@ func (d *decoder) typeErr(v *yaml.Node, path, want string) *Error {
 
 // describe names what a node holds, for error messages.
 func describe(n *yaml.Node) string { return yamlfile.Describe(n) }
+
+// yamlFile is one file of a profiles subdirectory.
+type yamlFile struct {
+	path string
+	data []byte
+}
+
+// readYAMLFiles reads the *.yaml files among entries (a listing of dir, in
+// name order), skipping directories and dot files. A *.yml file is refused
+// rather than silently ignored. kind names the files in errors ("exec
+// profiles"), item one of them ("profile").
+func readYAMLFiles(dir string, entries []os.DirEntry, kind, item string) ([]yamlFile, error) {
+	var out []yamlFile
+	for _, ent := range entries {
+		name := ent.Name()
+		if ent.IsDir() || strings.HasPrefix(name, ".") {
+			continue
+		}
+		file := filepath.Join(dir, name)
+		switch filepath.Ext(name) {
+		case ".yaml":
+		case ".yml":
+			return nil, &Error{File: file, Msg: fmt.Sprintf("%s must end in .yaml; rename it to %s.yaml", kind, strings.TrimSuffix(name, ".yml"))}
+		default:
+			continue
+		}
+		data, err := os.ReadFile(file)
+		if err != nil {
+			return nil, &Error{File: file, Msg: fmt.Sprintf("cannot read %s: %v", item, unwrapPath(err))}
+		}
+		out = append(out, yamlFile{path: file, data: data})
+	}
+	return out, nil
+}

@@ -39,23 +39,12 @@ func loadEgress(dir string, execs map[string]*Exec) (map[string]*egress.Profile,
 	if err != nil && !errors.Is(err, os.ErrNotExist) {
 		return nil, &Error{File: egressDir, Msg: fmt.Sprintf("cannot read the egress profiles dir: %v", unwrapPath(err))}
 	}
-	for _, ent := range entries {
-		name := ent.Name()
-		if ent.IsDir() || strings.HasPrefix(name, ".") {
-			continue
-		}
-		file := filepath.Join(egressDir, name)
-		switch filepath.Ext(name) {
-		case ".yaml":
-		case ".yml":
-			return nil, &Error{File: file, Msg: fmt.Sprintf("egress profiles must end in .yaml; rename it to %s.yaml", strings.TrimSuffix(name, ".yml"))}
-		default:
-			continue
-		}
-		data, err := os.ReadFile(file)
-		if err != nil {
-			return nil, &Error{File: file, Msg: fmt.Sprintf("cannot read profile: %v", unwrapPath(err))}
-		}
+	files, err := readYAMLFiles(egressDir, entries, "egress profiles", "profile")
+	if err != nil {
+		return nil, err
+	}
+	for _, f := range files {
+		file, data := f.path, f.data
 		p, err := parseEgress(file, data)
 		if err != nil {
 			return nil, err

@@ -11,7 +11,6 @@ import (
 	"path/filepath"
 	"reflect"
 	"slices"
-	"strings"
 
 	"github.com/sandboxd/sandboxd/egress"
 	"github.com/sandboxd/sandboxd/redact"
@@ -64,23 +63,12 @@ func Load(dir string) (*Set, error) {
 	set := &Set{Dir: dir, Exec: make(map[string]*Exec)}
 	sources := make(map[string]string)
 	seccomp := seccompLoader(filepath.Join(dir, "seccomp"))
-	for _, ent := range entries {
-		name := ent.Name()
-		if ent.IsDir() || strings.HasPrefix(name, ".") {
-			continue
-		}
-		file := filepath.Join(execDir, name)
-		switch filepath.Ext(name) {
-		case ".yaml":
-		case ".yml":
-			return nil, &Error{File: file, Msg: fmt.Sprintf("exec profiles must end in .yaml; rename it to %s.yaml", strings.TrimSuffix(name, ".yml"))}
-		default:
-			continue
-		}
-		data, err := os.ReadFile(file)
-		if err != nil {
-			return nil, &Error{File: file, Msg: fmt.Sprintf("cannot read profile: %v", unwrapPath(err))}
-		}
+	files, err := readYAMLFiles(execDir, entries, "exec profiles", "profile")
+	if err != nil {
+		return nil, err
+	}
+	for _, f := range files {
+		file, data := f.path, f.data
 		e, err := parseExec(file, data, seccomp)
 		if err != nil {
 			return nil, err
