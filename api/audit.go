@@ -228,14 +228,7 @@ func (s *Server) Audit() audit.Log { return s.audit }
 func (s *Server) auditAdmin(c echo.Context, action, subject, message string, detail map[string]string) error {
 	r := metaOf(c).record(audit.KindAdmin)
 	r.Action, r.Subject, r.Message, r.Detail, r.Status = action, subject, message, detail, "ok"
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	if err := s.audit.Append(ctx, r); err != nil {
-		requestLogger(c, s.log).Error("writing an audit record failed", "action", action, "err", err)
-		return &Error{Status: http.StatusServiceUnavailable, Code: CodeAuditUnavailable,
-			Message: fmt.Sprintf("the %s took effect, but its audit record could not be written; the operator must repair the audit log", action)}
-	}
-	return nil
+	return s.auditEvent(c, r, "the "+action)
 }
 
 // days converts a profile's retention in days (0: keep until erased).

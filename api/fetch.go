@@ -35,11 +35,11 @@ import (
 
 // Error codes of POST /fetch (besides VALIDATION and the control plane's).
 const (
-	CodeEgressDenied   = browse.CodeDenied
-	CodeUpstreamTimout = browse.CodeTimeout
-	CodeUpstreamError  = browse.CodeUpstream
-	CodeTooLarge       = browse.CodeTooLarge
-	CodeUnsupported    = browse.CodeUnsupported
+	CodeEgressDenied    = browse.CodeDenied
+	CodeUpstreamTimeout = browse.CodeTimeout
+	CodeUpstreamError   = browse.CodeUpstream
+	CodeTooLarge        = browse.CodeTooLarge
+	CodeUnsupported     = browse.CodeUnsupported
 )
 
 // FetchRequest is the body of POST /fetch.
@@ -280,7 +280,11 @@ func (s *Server) fetchOnce(c echo.Context, j *fetchJob) (o fetchOutcome) {
 			size := fe.Size
 			e.Size = &size
 		}
-		j.log.Info("fetch refused", "code", fe.Code, "hops", len(hopsOf(res)))
+		hops := 0
+		if res != nil {
+			hops = len(res.Hops)
+		}
+		j.log.Info("fetch refused", "code", fe.Code, "hops", hops)
 		a := errAnswer(e)
 		// Once a request went upstream, a keyed retry gets this answer
 		// rather than fetching again.
@@ -311,25 +315,10 @@ func (s *Server) fetchOnce(c echo.Context, j *fetchJob) (o fetchOutcome) {
 		s.ctl.guard.Record(guardKey, j.call, hex.EncodeToString(h[:]))
 	}
 	j.log.Info("fetch done", "status", resp.Status, "hops", len(res.Hops), "bytes_received", res.BytesReceived,
-		"content_type", res.MediaType, "truncated", resp.Truncated, "capture_id", resp.CaptureID, "redactions", redactionTotal(resp.Redactions))
+		"content_type", res.MediaType, "truncated", resp.Truncated, "capture_id", resp.CaptureID, "redactions", redact.Counts(resp.Redactions).Total())
 	o.resp, o.captureID = resp, resp.CaptureID
 	o.a = &answer{status: http.StatusOK, body: marshalLine(resp), keep: true}
 	return o
-}
-
-func hopsOf(r *browse.Result) []browse.Hop {
-	if r == nil {
-		return nil
-	}
-	return r.Hops
-}
-
-func redactionTotal(m map[string]int) int {
-	n := 0
-	for _, v := range m {
-		n += v
-	}
-	return n
 }
 
 // fetchResponse turns a fetched body into the safe, redacted, wrapped

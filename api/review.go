@@ -194,8 +194,11 @@ func (s *Server) listCaptures(c echo.Context) error {
 		flt.Limit = n
 	}
 	list, next, err := f.List(c.Request().Context(), flt)
+	if errors.Is(err, capture.ErrCursor) {
+		return validation("cursor", "cursor must be the next_cursor of an earlier page")
+	}
 	if err != nil {
-		return validation("cursor", "%v", err)
+		return err
 	}
 	return c.JSON(http.StatusOK, CapturePage{Captures: list, NextCursor: next})
 }

@@ -45,6 +45,9 @@ func TestCaptureRoutes(t *testing.T) {
 	if l := f.req(http.MethodGet, "/captures", keyRev, ""); l.code != 200 || !strings.Contains(string(l.raw), capID) {
 		t.Fatalf("list: %d %s", l.code, l.raw)
 	}
+	if l := f.req(http.MethodGet, "/captures?cursor=bogus", keyRev, ""); l.code != 400 || l.errCode() != CodeValidation {
+		t.Fatalf("a bad cursor: %d %s", l.code, l.raw)
+	}
 
 	// Holds and erasure: security and admin only, with a reason.
 	if d := f.req(http.MethodDelete, path, keyRev, `{"reason":"x"}`); d.code != 403 {

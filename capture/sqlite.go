@@ -980,8 +980,11 @@ func parseCursor(c string) (int64, string, error) {
 			}
 		}
 	}
-	return 0, "", fmt.Errorf("capture list cursor %q is not one List returned", c)
+	return 0, "", fmt.Errorf("%w: capture list cursor %q is not one List returned", ErrCursor, c)
 }
+
+// ErrCursor: a List cursor that List did not give out.
+var ErrCursor = errors.New("bad cursor")
 
 var (
 	_ Store     = (*SQLite)(nil)

@@ -60,7 +60,7 @@ func (e *Error) Error() string {
 // the same Idempotency-Key, unavailable, or the upstream of a fetch failed.
 func (e *Error) Temporary() bool {
 	switch e.Code {
-	case api.CodeBusy, api.CodeRateLimited, api.CodeInProgress, api.CodeUnavailable, api.CodeUpstreamTimout, api.CodeUpstreamError:
+	case api.CodeBusy, api.CodeRateLimited, api.CodeInProgress, api.CodeUnavailable, api.CodeUpstreamTimeout, api.CodeUpstreamError:
 		return true
 	case api.CodeBudgetExceeded:
 		return e.RetryAfter > 0
