@@ -147,7 +147,10 @@ func (s *Server) auditExec(j *execJob, a *answer) *answer {
 	// asked for.
 	capt := &capture.Capture{Kind: "exec", Tenant: r.Tenant, KeyID: r.KeyID, RequestID: r.RequestID, Meta: meta, Parts: parts,
 		Retention: days(spec.Profile.CaptureRetentionDays)}
-	if err := s.captures.Put(context.Background(), capt); err != nil {
+	began := time.Now()
+	err := s.captures.Put(context.Background(), capt)
+	j.timing.capture = time.Since(began)
+	if err != nil {
 		j.log.Error("storing the exec capture failed", "err", err)
 		if r.Detail == nil {
 			r.Detail = map[string]string{}
@@ -156,6 +159,8 @@ func (s *Server) auditExec(j *execJob, a *answer) *answer {
 	} else {
 		r.CaptureIDs = []string{capt.ID}
 	}
+	began = time.Now()
+	defer func() { j.timing.audit = time.Since(began) }()
 	return s.appendAudit(r, a, "the exec "+j.id)
 }
 

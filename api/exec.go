@@ -203,7 +203,15 @@ func (s *Server) admitRunAudit(c echo.Context, j *execJob) *answer {
 	if a.status == http.StatusAccepted {
 		return a
 	}
-	return s.auditExec(j, a)
+	a = s.auditExec(j, a)
+	if a.resp != nil {
+		j.timing.total = time.Since(j.started)
+		if a.header == nil {
+			a.header = map[string]string{}
+		}
+		a.header["Server-Timing"] = j.timing.header()
+	}
+	return a
 }
 
 // admitAndRun applies the kill switch, the loop guard and the budgets, then
@@ -288,7 +296,8 @@ func (s *Server) run(live *liveExec, j *execJob) *answer {
 		return errAnswer(&Error{Status: http.StatusServiceUnavailable, Code: CodeUnavailable, Message: "the request ended while waiting for a run slot"})
 	}
 	defer release()
-	m.QueueSeconds.WithLabelValues(profile).Observe(time.Since(queued).Seconds())
+	j.timing.queue = time.Since(queued)
+	m.QueueSeconds.WithLabelValues(profile).Observe(j.timing.queue.Seconds())
 	live.markStarted()
 
 	begin := time.Now()
@@ -316,6 +325,8 @@ func (s *Server) run(live *liveExec, j *execJob) *answer {
 		a.keep = true
 		return a
 	}
+	j.timing.pooled, j.timing.acquire, j.timing.run = res.Pooled, res.Acquire, res.Duration
+	j.timing.exchange = max(0, wall-res.Acquire-res.Duration)
 	cpu := (res.UserCPU + res.SysCPU).Milliseconds()
 	if cpu == 0 && (res.Status == runner.StatusTimeout || res.Status == runner.StatusKilled) {
 		// Stopped from outside, the launcher reported no usage: charge

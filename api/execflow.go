@@ -43,6 +43,8 @@ type execJob struct {
 	datasets []DatasetRef
 	// auditHook, when set, adds to the audit record and the capture.
 	auditHook execAuditHook
+	// timing is sent as the Server-Timing header (timing.go).
+	timing execTiming
 }
 
 // answer is an exec's HTTP answer, kept as bytes so that it can be stored

@@ -3,43 +3,71 @@ package runner
 import (
 	"context"
 	"errors"
+	"sync"
 	"testing"
 	"time"
 )
 
 func TestImageCache(t *testing.T) {
 	c := newImageCache()
+	var mu sync.Mutex
 	now := time.Unix(1000, 0)
-	c.now = func() time.Time { return now }
+	c.now = func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
+	advance := func(d time.Duration) { mu.Lock(); now = now.Add(d); mu.Unlock() }
 	calls, id, fail := 0, "sha256:a", false
 	inspect := func(context.Context, string) (string, error) {
+		mu.Lock()
+		defer mu.Unlock()
 		calls++
 		if fail {
 			return "", errors.New("engine down")
 		}
 		return id, nil
 	}
+	set := func(f func()) { mu.Lock(); f(); mu.Unlock() }
 	get := func() (string, error) { return c.get(context.Background(), "img", inspect) }
-	if v, _ := get(); v != "sha256:a" || calls != 1 {
-		t.Fatalf("first get: %s, %d calls", v, calls)
+	expect := func(what, want string, wantCalls int) {
+		t.Helper()
+		c.wg.Wait()
+		v, err := get()
+		c.wg.Wait()
+		mu.Lock()
+		n := calls
+		mu.Unlock()
+		if err != nil || v != want || n != wantCalls {
+			t.Fatalf("%s: got %q %v after %d engine calls; want %q after %d", what, v, err, n, want, wantCalls)
+		}
 	}
-	id = "sha256:b" // rebuilt
-	now = now.Add(imageCacheTTL / 2)
-	if v, _ := get(); v != "sha256:a" || calls != 1 {
-		t.Fatalf("within the TTL: %s, %d calls", v, calls)
-	}
-	now = now.Add(imageCacheTTL)
-	if v, _ := get(); v != "sha256:b" || calls != 2 {
-		t.Fatalf("after the TTL the rebuilt image is used: %s, %d calls", v, calls)
-	}
-	// Errors are not cached.
-	now = now.Add(2 * imageCacheTTL)
-	fail = true
+	expect("first get asks the engine", "sha256:a", 1)
+	set(func() { id = "sha256:b" }) // rebuilt
+	advance(imageCacheTTL / 2)
+	expect("within the TTL the cache answers", "sha256:a", 1)
+	advance(imageCacheTTL)
+	expect("past the TTL the cached id answers while a refresh runs", "sha256:a", 2)
+	expect("the refresh picked up the rebuilt image", "sha256:b", 2)
+
+	// Past the stale bound the run asks the engine itself, and its error
+	// is not cached.
+	advance(imageCacheStale + time.Second)
+	set(func() { fail = true })
 	if _, err := get(); err == nil {
 		t.Fatal("an engine error was hidden")
 	}
-	fail = false
-	if v, err := get(); err != nil || v != "sha256:b" || calls != 4 {
-		t.Fatalf("after an error: %s %v, %d calls", v, err, calls)
+	set(func() { fail = false })
+	expect("after an error", "sha256:b", 4)
+
+	// A failed background refresh drops the entry: the next run asks.
+	advance(imageCacheTTL + time.Millisecond)
+	set(func() { fail = true })
+	expect("stale id while the refresh fails", "sha256:b", 5)
+	if _, err := get(); err == nil {
+		t.Fatal("after a failed refresh the engine's error was hidden")
 	}
+	set(func() { fail = false })
+
+	// forget: the image named was deleted.
+	expect("asks again", "sha256:b", 7)
+	set(func() { id = "sha256:c" })
+	c.forget("img")
+	expect("after forget the engine is asked", "sha256:c", 8)
 }

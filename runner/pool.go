@@ -62,6 +62,9 @@ const (
 	// maxInflightWait bounds how long a request waits for a box that is
 	// already starting before it starts a cold one itself.
 	maxInflightWait = 500 * time.Millisecond
+	// maxFillDelay bounds how long a filler waits for a quiet moment when
+	// the pool is not low (quiet.go).
+	maxFillDelay = 2 * time.Second
 )
 
 func newPool(r *Runner, size, most int) *pool {
@@ -252,6 +255,13 @@ func (p *pool) filler(c *poolClass) {
 	if backoff > 0 {
 		time.Sleep(backoff)
 	}
+	// Unless the pool runs low, start the box when no run is in progress,
+	// so that its start does not take the CPU from one.
+	p.r.quiet.wait(maxFillDelay, func() bool {
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		return p.closed || len(c.ready) < max(1, (p.target(c, time.Now())+1)/2)
+	})
 
 	id := NewExecID()
 	spec := &Spec{ID: id, Profile: prof, Limits: prof.Limits}

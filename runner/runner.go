@@ -105,6 +105,11 @@ type Result struct {
 	Message string
 	// Redactions counts secrets removed, by type (Spec.Redact).
 	Redactions map[string]int
+	// Pooled tells whether the run had a warm pooled sandbox; Acquire is
+	// how long getting its sandbox took (a pooled one's take, or a cold
+	// one's create and start).
+	Pooled  bool
+	Acquire time.Duration
 }
 
 // Error kinds returned by Run, so callers can map them to responses.
@@ -131,6 +136,10 @@ type Runner struct {
 	reaperStop, reaperDone chan struct{}
 	reaped                 atomic.Int64
 	images                 *imageCache // imagecache.go
+	// quiet holds background engine work back while runs are in progress
+	// (quiet.go); deferred counts removals waiting for it.
+	quiet    *quiet
+	deferred atomic.Int64
 }
 
 // New connects to the engine named by the environment (DOCKER_HOST etc.),
@@ -141,7 +150,7 @@ func New(log *slog.Logger, instance string) (*Runner, error) {
 	if err != nil {
 		return nil, fmt.Errorf("connecting to the container engine: %w", err)
 	}
-	return &Runner{cli: cli, log: log, instance: instance, images: newImageCache()}, nil
+	return &Runner{cli: cli, log: log, instance: instance, images: newImageCache(), quiet: newQuiet()}, nil
 }
 
 // InstanceID derives a stable instance name from a data directory, so a
@@ -208,6 +217,7 @@ func (r *Runner) Cleanup(ctx context.Context) (int, error) {
 // Close removes the pool's idle containers, waits for pending container
 // removals, at most until ctx ends, and removes the egress network.
 func (r *Runner) Close(ctx context.Context) error {
+	r.quiet.close() // deferred removals go now
 	r.stopReaper()
 	if r.pool != nil {
 		r.pool.close()
@@ -356,6 +366,9 @@ func (r *Runner) startBox(ctx context.Context, spec *Spec, imageID string) (*box
 	// half-made container is always cleaned up.
 	bg := context.WithoutCancel(ctx)
 	created, err := r.cli.ContainerCreate(bg, cfg, hc, nil, nil, name)
+	if client.IsErrNotFound(err) {
+		return nil, fmt.Errorf("%w: %s (%s): %v", ErrImageMissing, spec.Profile.Image, imageID, err)
+	}
 	if err != nil {
 		return nil, createError(err, spec) // runtimes.go: an unknown runtime is ErrRuntimeMissing
 	}
@@ -386,9 +399,11 @@ func (r *Runner) startBox(ctx context.Context, spec *Spec, imageID string) (*box
 // error means the run could not start or the engine failed. When ctx ends
 // before the code does, the container is killed and the result is "killed".
 func (r *Runner) Run(ctx context.Context, spec *Spec) (*Result, error) {
+	defer r.quiet.begin()()
 	if Networked(spec.Profile) && r.EgressNetwork() == nil {
 		return nil, egressUnavailable(spec.Profile)
 	}
+	began := time.Now()
 	imageID, err := r.images.get(ctx, spec.Profile.Image, r.ImageID)
 	if err != nil {
 		return nil, err
@@ -396,7 +411,11 @@ func (r *Runner) Run(ctx context.Context, spec *Spec) (*Result, error) {
 	if b := r.takePooled(ctx, spec, imageID); b != nil {
 		id := spec.ID
 		spec.ID = b.execID
+		acquire := time.Since(began)
 		res, err := r.runIn(ctx, b, spec)
+		if res != nil {
+			res.Pooled, res.Acquire = true, acquire
+		}
 		if !errors.Is(err, errStaleBox) {
 			return res, err
 		}
@@ -408,10 +427,23 @@ func (r *Runner) Run(ctx context.Context, spec *Spec) (*Result, error) {
 		return nil, err
 	}
 	b, err := r.startBox(ctx, spec, imageID)
+	if errors.Is(err, ErrImageMissing) {
+		// The cached id may name an image deleted since (a rebuild that
+		// replaced it): ask the engine again.
+		r.images.forget(spec.Profile.Image)
+		if imageID, err = r.images.get(ctx, spec.Profile.Image, r.ImageID); err == nil {
+			b, err = r.startBox(ctx, spec, imageID)
+		}
+	}
 	if err != nil {
 		return nil, err
 	}
-	return r.runIn(ctx, b, spec)
+	acquire := time.Since(began)
+	res, err := r.runIn(ctx, b, spec)
+	if res != nil {
+		res.Acquire = acquire
+	}
+	return res, err
 }
 
 // takePooled returns a ready pooled box for spec with spec's limits applied,
@@ -650,6 +682,13 @@ func (r *Runner) removeLater(cid string) {
 	r.removals.Add(1)
 	go func() {
 		defer r.removals.Done()
+		// A used container is stopped already (its launcher exits after
+		// the job) and holds no process: its removal can wait for a quiet
+		// moment, up to a bound, so that it costs no run its CPU.
+		if n := r.deferred.Add(1); n <= maxDeferredRemovals {
+			r.quiet.wait(maxRemovalDelay, func() bool { return r.deferred.Load() > maxDeferredRemovals })
+		}
+		r.deferred.Add(-1)
 		for attempt := 0; attempt < 5; attempt++ {
 			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 			err := r.cli.ContainerRemove(ctx, cid, container.RemoveOptions{Force: true, RemoveVolumes: true})
@@ -664,6 +703,13 @@ func (r *Runner) removeLater(cid string) {
 		r.log.Error("container could not be removed; the next start-up removes it", "container", cid[:12])
 	}()
 }
+
+// Bounds on deferring removals: under steady load there is no quiet
+// moment, and used containers must not pile up.
+const (
+	maxDeferredRemovals = 16
+	maxRemovalDelay     = 3 * time.Second
+)
 
 // capped keeps the first max bytes written to it and drops the rest.
 type capped struct {

@@ -4,9 +4,11 @@ import (
 	"context"
 	"encoding/json"
 	"net/http"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
+	"time"
 )
 
 // poolRuns is how many execs the pool test makes; the issue asks for 1,000
@@ -81,4 +83,54 @@ func execQuiet(req any) *execResponse {
 	}
 	noteExecID(r.ID)
 	return &r
+}
+
+// Every exec answer says where its time went (Server-Timing): the phases
+// are all there, add up to no more than the total, and with the pool on a
+// run gets a warm sandbox (the runs are spaced so the pool can refill,
+// even while other tests take from it).
+func TestExecServerTiming(t *testing.T) {
+	t.Parallel()
+	want := []string{"queue", "sandbox", "exchange", "run", "capture", "audit", "total"}
+	warm := 0
+	for i := 0; i < 8; i++ {
+		res, err := rawExec(context.Background(), agentKey, py("print(1)"), "")
+		if err != nil || res.Status != http.StatusOK {
+			t.Fatalf("exec: %v\n%v", err, res)
+		}
+		h := res.Header.Get("Server-Timing")
+		durs := map[string]float64{}
+		for _, m := range strings.Split(h, ",") {
+			fields := strings.Split(strings.TrimSpace(m), ";")
+			for _, f := range fields[1:] {
+				if v, ok := strings.CutPrefix(f, "dur="); ok {
+					d, err := strconv.ParseFloat(v, 64)
+					if err != nil || d < 0 {
+						t.Fatalf("bad duration in %q", h)
+					}
+					durs[fields[0]] = d
+				}
+				if f == `desc="warm"` && fields[0] == "sandbox" {
+					warm++
+				}
+			}
+		}
+		var sum float64
+		for _, name := range want {
+			d, ok := durs[name]
+			if !ok {
+				t.Fatalf("Server-Timing %q lacks %s", h, name)
+			}
+			if name != "total" {
+				sum += d
+			}
+		}
+		if sum > durs["total"]+1 {
+			t.Fatalf("the phases (%.2f ms) exceed the total: %q", sum, h)
+		}
+		time.Sleep(time.Second)
+	}
+	if warm == 0 {
+		t.Fatal("no run got a warm sandbox from the pool")
+	}
 }
