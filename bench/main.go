@@ -48,6 +48,7 @@ func main() {
 	out := flag.String("out", "bench/RESULTS.md", "where to write the results table")
 	concs := flag.String("concurrency", "4,16", "concurrency levels for the throughput runs")
 	poolSize := flag.Int("pool-size", 4, "warm pool size for the warm scenario")
+	pace := flag.Duration("pace", time.Second, "untimed pause before each single warm print(1) request, as an agent's model turn between tool calls")
 	data := flag.Bool("data", false, "also run the pandas workload (needs sandboxd/python-data:3.11 and the data profile)")
 	flag.Parse()
 
@@ -59,7 +60,7 @@ func main() {
 	bin := filepath.Join(tmp, "sandboxd")
 	run("go", "build", "-o", bin, "./cmd/sandboxd")
 
-	loads := []workload{{name: "print(1)", code: "print(1)", image: "sandboxd/python:3.11", profile: "default", pace: 250 * time.Millisecond}}
+	loads := []workload{{name: "print(1)", code: "print(1)", image: "sandboxd/python:3.11", profile: "default", pace: *pace}}
 	if *data {
 		loads = append(loads, workload{name: "pandas script", code: "import pandas as pd\nprint(pd.DataFrame({'a': [1, 2, 3]})['a'].sum())",
 			image: "sandboxd/python-data:3.11", profile: "data", pace: 2 * time.Second})
@@ -84,7 +85,7 @@ func main() {
 			srv := startServer(bin, root, tmp, mode.pool)
 			fn := srv.exec(w)
 			for i := 0; i < 5; i++ { // let the pool fill, warm the caches
-				_ = fn()
+				_, _ = fn()
 				time.Sleep(300 * time.Millisecond)
 			}
 			pace := time.Duration(0)
@@ -98,7 +99,7 @@ func main() {
 			srv.stop()
 		}
 	}
-	check(os.WriteFile(*out, []byte(report(rows, *runs, *poolSize)), 0o644))
+	check(os.WriteFile(*out, []byte(report(rows, *runs, *poolSize, loads)), 0o644))
 	fmt.Fprintf(os.Stderr, "wrote %s\n", *out)
 }
 
@@ -106,19 +107,31 @@ type row struct {
 	scenario, load          string
 	conc, ok, errs          int
 	median, p95, p99, total time.Duration
+	// cpuPerRun is the machine's busy CPU time during the line divided by
+	// its runs: all of it, sandboxd's, the engine's, the code's.
+	cpuPerRun time.Duration
+	// phases are the medians of sandboxd's Server-Timing phases.
+	phases map[string]float64
+	warm   int // runs that got a warm sandbox
 }
+
+// timed is one call: its Server-Timing header, if any, or an error.
+type timed func() (string, error)
 
 // measure runs fn n times at concurrency c, each worker waiting pace
 // (untimed) before each call.
-func measure(scenario, load string, c, n int, pace time.Duration, fn func() error) row {
+func measure(scenario, load string, c, n int, pace time.Duration, fn timed) row {
 	var (
-		mu    sync.Mutex
-		lats  []time.Duration
-		errs  int
-		next  atomic.Int64
-		wg    sync.WaitGroup
-		first error
+		mu     sync.Mutex
+		lats   []time.Duration
+		errs   int
+		next   atomic.Int64
+		wg     sync.WaitGroup
+		first  error
+		phases = map[string][]float64{}
+		warm   int
 	)
+	busy0 := busyCPU()
 	start := time.Now()
 	for i := 0; i < c; i++ {
 		wg.Add(1)
@@ -127,9 +140,15 @@ func measure(scenario, load string, c, n int, pace time.Duration, fn func() erro
 			for next.Add(1) <= int64(n) {
 				time.Sleep(pace)
 				t := time.Now()
-				err := fn()
+				st, err := fn()
 				d := time.Since(t)
 				mu.Lock()
+				for name, v := range parseTiming(st) {
+					phases[name] = append(phases[name], v)
+				}
+				if strings.Contains(st, `sandbox;desc="warm"`) {
+					warm++
+				}
 				if err != nil {
 					errs++
 					if first == nil {
@@ -143,7 +162,12 @@ func measure(scenario, load string, c, n int, pace time.Duration, fn func() erro
 		}()
 	}
 	wg.Wait()
-	r := row{scenario: scenario, load: load, conc: c, ok: len(lats), errs: errs, total: time.Since(start) - time.Duration(n/c)*pace}
+	r := row{scenario: scenario, load: load, conc: c, ok: len(lats), errs: errs, total: time.Since(start) - time.Duration(n/c)*pace,
+		cpuPerRun: (busyCPU() - busy0) / time.Duration(max(n, 1)), phases: map[string]float64{}, warm: warm}
+	for name, vs := range phases {
+		slices.Sort(vs)
+		r.phases[name] = vs[(len(vs)-1)/2]
+	}
 	slices.Sort(lats)
 	if len(lats) > 0 {
 		r.median, r.p95, r.p99 = pct(lats, 50), pct(lats, 95), pct(lats, 99)
@@ -160,30 +184,64 @@ func pct(sorted []time.Duration, p int) time.Duration {
 	return sorted[min(max(i-1, 0), len(sorted)-1)]
 }
 
-func hostPython(code string) func() error {
-	return func() error {
+func hostPython(code string) timed {
+	return func() (string, error) {
 		out, err := exec.Command("/usr/bin/python3", "-c", code).Output()
 		if err != nil {
-			return fmt.Errorf("host python3: %w", err)
+			return "", fmt.Errorf("host python3: %w", err)
 		}
 		if len(out) == 0 {
-			return fmt.Errorf("host python3 printed nothing")
+			return "", fmt.Errorf("host python3 printed nothing")
 		}
-		return nil
+		return "", nil
 	}
 }
 
-func dockerRun(image, code string) func() error {
-	return func() error {
+func dockerRun(image, code string) timed {
+	return func() (string, error) {
 		out, err := exec.Command("docker", "run", "--rm", "--network", "none", image, "python3", "-c", code).Output()
 		if err != nil {
-			return fmt.Errorf("docker run: %w", err)
+			return "", fmt.Errorf("docker run: %w", err)
 		}
 		if len(out) == 0 {
-			return fmt.Errorf("docker run printed nothing")
+			return "", fmt.Errorf("docker run printed nothing")
 		}
-		return nil
+		return "", nil
 	}
+}
+
+// parseTiming reads a Server-Timing header into phase durations (ms).
+func parseTiming(h string) map[string]float64 {
+	out := map[string]float64{}
+	for _, m := range strings.Split(h, ",") {
+		fields := strings.Split(strings.TrimSpace(m), ";")
+		for _, f := range fields[1:] {
+			if v, ok := strings.CutPrefix(f, "dur="); ok {
+				var d float64
+				if _, err := fmt.Sscan(v, &d); err == nil {
+					out[fields[0]] = d
+				}
+			}
+		}
+	}
+	return out
+}
+
+// busyCPU is the machine's non-idle CPU time so far, from /proc/stat.
+func busyCPU() time.Duration {
+	b, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		return 0
+	}
+	var busy int64
+	for i, f := range strings.Fields(strings.SplitN(string(b), "\n", 2)[0])[1:] {
+		var v int64
+		fmt.Sscan(f, &v)
+		if i != 3 && i != 4 { // idle, iowait
+			busy += v
+		}
+	}
+	return time.Duration(busy) * 10 * time.Millisecond // USER_HZ is 100
 }
 
 type server struct {
@@ -230,26 +288,27 @@ func startServer(bin, root, tmp string, pool int) *server {
 
 var client = &http.Client{Timeout: 60 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: 64}}
 
-func (s *server) exec(w workload) func() error {
+func (s *server) exec(w workload) timed {
 	body, _ := json.Marshal(map[string]any{"language": "python", "code": w.code, "profile": w.profile})
-	return func() error {
+	return func() (string, error) {
 		req, _ := http.NewRequestWithContext(context.Background(), http.MethodPost, s.url+"/exec", bytes.NewReader(body))
 		req.Header.Set("Authorization", "Bearer "+s.key)
 		req.Header.Set("Content-Type", "application/json")
 		resp, err := client.Do(req)
 		if err != nil {
-			return err
+			return "", err
 		}
 		defer resp.Body.Close()
 		b, _ := io.ReadAll(resp.Body)
+		st := resp.Header.Get("Server-Timing")
 		if resp.StatusCode != 200 {
-			return fmt.Errorf("HTTP %d: %s", resp.StatusCode, b)
+			return st, fmt.Errorf("HTTP %d: %s", resp.StatusCode, b)
 		}
 		var r struct{ Status, Stdout string }
 		if err := json.Unmarshal(b, &r); err != nil || r.Status != "ok" {
-			return fmt.Errorf("run: %s", b)
+			return st, fmt.Errorf("run: %s", b)
 		}
-		return nil
+		return st, nil
 	}
 }
 
@@ -258,20 +317,26 @@ func (s *server) stop() {
 	_ = s.cmd.Wait()
 }
 
-func report(rows []row, runs, pool int) string {
+func report(rows []row, runs, pool int, loads []workload) string {
 	var b strings.Builder
 	host, _ := os.Hostname()
 	kernel, _ := exec.Command("uname", "-r").Output()
-	engine, _ := exec.Command("docker", "version", "--format", "{{.Server.Version}}").Output()
+	engine, _ := exec.Command("docker", "info", "--format", "{{.ServerVersion}}, storage driver {{.Driver}}, cgroup v{{.CgroupVersion}}").Output()
+	var paces []string
+	for _, w := range loads {
+		paces = append(paces, fmt.Sprintf("%v for %s", w.pace, w.name))
+	}
 	fmt.Fprintf(&b, "# sandboxd benchmark results\n\n")
-	fmt.Fprintf(&b, "Written by `make bench` (`go run ./bench`) on %s: %d CPUs, %s, kernel %s, Docker Engine %s, %s. "+
+	fmt.Fprintf(&b, "Written by `make bench` (`go run ./bench`) on %s: %d CPUs, %s, kernel %s, Docker Engine %s, host %s. "+
 		"%d runs per line; warm pool size %d. Latency is end to end over HTTP on loopback for sandboxd, and the whole command for the others. "+
-		"Single-request warm runs are spaced (250 ms for print(1), 2 s for the pandas script, untimed), as an agent's calls are spaced by model turns, which lets the pool start the next sandbox; the throughput lines are back to back, and there the engine's container start rate (about 5 a second on 2 cores, far less with a pandas preload) is the limit.\n\n",
-		time.Now().UTC().Format("2006-01-02"), runtime.NumCPU(), memTotal(), strings.TrimSpace(string(kernel)), strings.TrimSpace(string(engine)), host, runs, pool)
-	fmt.Fprintf(&b, "| workload | scenario | concurrency | ok | errors | median | p95 | p99 | throughput (runs/s) |\n|---|---|---|---|---|---|---|---|---|\n")
+		"Single-request warm runs are spaced (%s, untimed), as an agent's calls are spaced by model turns, which lets the pool start the next sandbox; "+
+		"the throughput lines are back to back. CPU per run is the whole machine's busy CPU time during the line (sandboxd, the engine, containerd, shims, runc, the storage driver, the kernel and the code) divided by its runs: "+
+		"with 2 CPUs, 2 s divided by it bounds the sustained rate.\n\n",
+		time.Now().UTC().Format("2006-01-02"), runtime.NumCPU(), memTotal(), strings.TrimSpace(string(kernel)), strings.TrimSpace(string(engine)), host, runs, pool, strings.Join(paces, ", "))
+	fmt.Fprintf(&b, "| workload | scenario | concurrency | ok | errors | median | p95 | p99 | throughput (runs/s) | CPU per run |\n|---|---|---|---|---|---|---|---|---|---|\n")
 	for _, r := range rows {
 		tput := float64(r.ok) / r.total.Seconds()
-		fmt.Fprintf(&b, "| %s | %s | %d | %d | %d | %s | %s | %s | %.1f |\n", r.load, r.scenario, r.conc, r.ok, r.errs, ms(r.median), ms(r.p95), ms(r.p99), tput)
+		fmt.Fprintf(&b, "| %s | %s | %d | %d | %d | %s | %s | %s | %.1f | %s |\n", r.load, r.scenario, r.conc, r.ok, r.errs, ms(r.median), ms(r.p95), ms(r.p99), tput, ms(r.cpuPerRun))
 	}
 	b.WriteString("\nRatios at concurrency 1 (median):\n\n")
 	for _, load := range uniqueLoads(rows) {
@@ -280,6 +345,20 @@ func report(rows []row, runs, pool int) string {
 			fmt.Fprintf(&b, "- %s: warm / host floor = %.2fx; docker run --rm / warm = %.1fx; cold / warm = %.1fx\n", load,
 				float64(warm.median)/float64(floor.median), float64(dockerRun.median)/float64(warm.median), float64(cold.median)/float64(warm.median))
 		}
+	}
+	b.WriteString("\nWhere sandboxd's time goes at concurrency 1: the median of each phase of the answers' Server-Timing header, in ms " +
+		"(queue: waiting for a run slot; sandbox: taking a warm sandbox or creating and starting a cold one; exchange: handing the job over and reading the report through the engine's attach stream; run: the code, as the launcher measured it; capture and audit: the forensic records written before the answer).\n\n")
+	names := []string{"queue", "sandbox", "exchange", "run", "capture", "audit", "total"}
+	b.WriteString("| workload | scenario | warm runs | " + strings.Join(names, " | ") + " |\n|---|---|---|" + strings.Repeat("---|", len(names)) + "\n")
+	for _, r := range rows {
+		if r.conc != 1 || len(r.phases) == 0 {
+			continue
+		}
+		fmt.Fprintf(&b, "| %s | %s | %d of %d |", r.load, r.scenario, r.warm, r.ok)
+		for _, n := range names {
+			fmt.Fprintf(&b, " %.2f |", r.phases[n])
+		}
+		b.WriteString("\n")
 	}
 	return b.String()
 }
