@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+	"time"
 )
 
 // benchCapture is a 100 KiB fetch capture: 60 KiB of raw (gzip-like,
@@ -99,6 +100,46 @@ func BenchmarkGet100KiB(b *testing.B) {
 				}
 			}
 			b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "gets/s")
+		})
+	}
+}
+
+// execCapture is what POST /exec stores for a typical agent call: ~100 B
+// of code, no stdin, ~10 B of stdout distinct to i, no stderr.
+func execCapture(i int) *Capture {
+	code := []byte("import json, sys\nrows = [1, 2, 3]\nprint(json.dumps({\"sum\": sum(rows), \"n\": len(rows)}))\n")
+	return &Capture{Kind: "exec", Tenant: "acme", KeyID: "k1", RequestID: "req-1", Retention: 24 * time.Hour,
+		Meta: map[string]string{"profile": "default"},
+		Parts: []Part{
+			{Name: "code", ContentType: "text/x-python", Data: code},
+			{Name: "stdin", ContentType: "application/octet-stream", Data: []byte{}},
+			{Name: "stdout", ContentType: "application/octet-stream", Data: []byte(fmt.Sprintf("out %06d\n", i))},
+			{Name: "stderr", ContentType: "application/octet-stream", Data: []byte{}},
+		}}
+}
+
+// BenchmarkPutSmallExec: the durable Put of an exec capture whose parts are
+// all small, as after every POST /exec.
+func BenchmarkPutSmallExec(b *testing.B) {
+	for _, tc := range []struct {
+		name     string
+		enc, dur bool
+	}{{"encrypted=false", false, true}, {"encrypted=true", true, true}, {"encrypted=true,no-fsync(CPU-cost-only)", true, false}} {
+		b.Run(tc.name, func(b *testing.B) {
+			opts := benchOpts(b, tc.enc)
+			opts.noSync = !tc.dur
+			s := openDurable(b, b.TempDir(), opts)
+			caps := make([]*Capture, b.N)
+			for i := range caps {
+				caps[i] = execCapture(i)
+			}
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				if err := s.Put(bg, caps[i]); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "puts/s")
 		})
 	}
 }

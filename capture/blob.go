@@ -13,6 +13,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"strconv"
 	"sync"
 	"syscall"
 )
@@ -27,6 +28,12 @@ import (
 //
 // A content that DEFLATE does not shrink (the raw part of a gzip response)
 // is stored as it is. Without flagSealed the payload follows the header.
+//
+// An inline part (see inlineMax) is stored in the parts.data column in
+// the same format; the additional data then ends in inlineBind(capture id,
+// part index) instead of a blob address, so a sealed value is only good
+// in its own row: moved to another part or capture, or into a blob file,
+// it fails authentication (and a blob file moved into a row fails too).
 const (
 	blobMagic   = "SBXC"
 	blobVersion = 1
@@ -42,7 +49,20 @@ var flatePool = sync.Pool{New: func() any {
 }}
 
 // encodeBlob returns the file content for data stored under addr.
-func (k *keys) encodeBlob(data []byte, addr string) ([]byte, error) {
+func (k *keys) encodeBlob(data []byte, addr string) ([]byte, error) { return k.encode(data, addr) }
+
+// encodeInline returns the parts.data value of part idx of capture id.
+func (k *keys) encodeInline(data []byte, id string, idx int) ([]byte, error) {
+	return k.encode(data, inlineBind(id, idx))
+}
+
+// inlineBind is what an inline part's seal is bound to. A blob address is
+// 64 hex digits, so no binding of one kind is one of the other.
+func inlineBind(id string, idx int) string { return "inline " + id + " " + strconv.Itoa(idx) }
+
+// encode returns data in the blob format, sealed (with a key) under
+// additional data that ends in bind.
+func (k *keys) encode(data []byte, bind string) ([]byte, error) {
 	var flags byte
 	payload := data
 	var z bytes.Buffer
@@ -76,44 +96,56 @@ func (k *keys) encodeBlob(data []byte, addr string) ([]byte, error) {
 	if _, err := rand.Read(out[hdr:]); err != nil {
 		return nil, err
 	}
-	aad := append(append([]byte{}, out[:hdr]...), addr...)
+	aad := append(append([]byte{}, out[:hdr]...), bind...)
 	return k.aead.Seal(out, out[hdr:], payload, aad), nil
 }
 
 // decodeBlob returns the content of a blob file, checked against the
 // part's size and digest.
 func (k *keys) decodeBlob(file []byte, addr string, size int64, sum string) ([]byte, error) {
+	return k.decode(file, "blob "+addr, addr, size, sum)
+}
+
+// decodeInline returns the content of inline part idx of capture id,
+// checked against its size and digest.
+func (k *keys) decodeInline(value []byte, id string, idx int, size int64, sum string) ([]byte, error) {
+	return k.decode(value, fmt.Sprintf("the inline data of part %d", idx), inlineBind(id, idx), size, sum)
+}
+
+// decode undoes encode: what names the content in errors, bind is what
+// its seal must be bound to.
+func (k *keys) decode(file []byte, what, bind string, size int64, sum string) ([]byte, error) {
 	if len(file) < headerLen || string(file[:4]) != blobMagic || file[4] != blobVersion || file[5]&^(flagDeflate|flagSealed) != 0 {
-		return nil, fmt.Errorf("%w: blob %s has no valid header", ErrCorrupt, addr)
+		return nil, fmt.Errorf("%w: %s has no valid header", ErrCorrupt, what)
 	}
 	flags := file[5]
 	payload := file[headerLen:]
 	switch {
 	case flags&flagSealed != 0:
 		if len(payload) < fpLen {
-			return nil, fmt.Errorf("%w: blob %s is truncated", ErrCorrupt, addr)
+			return nil, fmt.Errorf("%w: %s is truncated", ErrCorrupt, what)
 		}
 		fp := hex.EncodeToString(payload[:fpLen])
 		if k == nil {
 			// Open refuses a store written with a key unless given it.
-			return nil, fmt.Errorf("%w: blob %s is encrypted (key %s) in an unencrypted store", ErrCorrupt, addr, fp)
+			return nil, fmt.Errorf("%w: %s is encrypted (key %s) in an unencrypted store", ErrCorrupt, what, fp)
 		}
 		if fp != k.fingerprint {
-			return nil, fmt.Errorf("%w: blob %s is encrypted with key %s, not with the store's key %s (wrong key file?)", ErrKey, addr, fp, k.fingerprint)
+			return nil, fmt.Errorf("%w: %s is encrypted with key %s, not with the store's key %s (wrong key file?)", ErrKey, what, fp, k.fingerprint)
 		}
 		ns := k.aead.NonceSize()
 		if len(payload) < fpLen+ns+k.aead.Overhead() {
-			return nil, fmt.Errorf("%w: blob %s is truncated", ErrCorrupt, addr)
+			return nil, fmt.Errorf("%w: %s is truncated", ErrCorrupt, what)
 		}
 		hdr := headerLen + fpLen
-		aad := append(append([]byte{}, file[:hdr]...), addr...)
+		aad := append(append([]byte{}, file[:hdr]...), bind...)
 		plain, err := k.aead.Open(nil, file[hdr:hdr+ns], file[hdr+ns:], aad)
 		if err != nil {
-			return nil, fmt.Errorf("%w: blob %s fails authentication", ErrCorrupt, addr)
+			return nil, fmt.Errorf("%w: %s fails authentication", ErrCorrupt, what)
 		}
 		payload = plain
 	case k != nil:
-		return nil, fmt.Errorf("%w: blob %s is not encrypted in an encrypted store", ErrCorrupt, addr)
+		return nil, fmt.Errorf("%w: %s is not encrypted in an encrypted store", ErrCorrupt, what)
 	}
 	data := payload
 	if flags&flagDeflate != 0 {
@@ -123,15 +155,15 @@ func (k *keys) decodeBlob(file []byte, addr string, size int64, sum string) ([]b
 		// without inflating all of it.
 		data, err = io.ReadAll(io.LimitReader(r, size+1))
 		if err != nil {
-			return nil, fmt.Errorf("%w: blob %s does not inflate: %v", ErrCorrupt, addr, err)
+			return nil, fmt.Errorf("%w: %s does not inflate: %v", ErrCorrupt, what, err)
 		}
 	}
 	if int64(len(data)) != size {
-		return nil, fmt.Errorf("%w: blob %s holds %d bytes, the part %d", ErrCorrupt, addr, len(data), size)
+		return nil, fmt.Errorf("%w: %s holds %d bytes, the part %d", ErrCorrupt, what, len(data), size)
 	}
 	got := sha256.Sum256(data)
 	if hex.EncodeToString(got[:]) != sum {
-		return nil, fmt.Errorf("%w: blob %s does not match the part's sha256", ErrCorrupt, addr)
+		return nil, fmt.Errorf("%w: %s does not match the part's sha256", ErrCorrupt, what)
 	}
 	if data == nil {
 		data = []byte{}
@@ -328,8 +360,10 @@ func (s *SQLite) removeLocked(ctx context.Context, addrs []string) (int, error) 
 }
 
 // GC removes blob files that no capture references (left by a crash, or by
-// a failed Put or removal) and temporary files left by a crash. It returns
-// how many blob files it removed. It is safe to run at any time.
+// a failed Put or removal) and temporary files left by a crash, and wipes
+// from the WAL what removals cleared in the database (wipeLog: after a
+// crash, or when their own wipe found the WAL busy). It returns how many
+// blob files it removed. It is safe to run at any time.
 func (s *SQLite) GC(ctx context.Context) (int, error) {
 	if err := s.removeTemps(); err != nil {
 		return 0, err
@@ -367,7 +401,7 @@ func (s *SQLite) GC(ctx context.Context) (int, error) {
 			return removed, err
 		}
 	}
-	return removed, nil
+	return removed, s.wipeLog(ctx)
 }
 
 // removeTemps removes the temporary files of blob writes that a crash

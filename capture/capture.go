@@ -8,7 +8,8 @@
 // Forensics adds what reviewers and the janitor need: retention (Sweep),
 // legal holds (SetHold, SetTenantHold), erasure with a tombstone (Erase)
 // and listing (List). SQLite, opened with Open, implements both: metadata
-// in an SQLite database, bodies as compressed, optionally encrypted,
+// in an SQLite database, bodies compressed and optionally encrypted, small
+// ones in the database beside their metadata, larger ones as
 // content-addressed blob files shared between captures. See SQLite for the
 // on-disk layout and the crash-safety and encryption arguments.
 package capture

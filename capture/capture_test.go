@@ -104,10 +104,12 @@ func fetchCapture(tenant string, raw []byte, text string) *Capture {
 		}}
 }
 
+// TestPutGetRoundTrip stores a capture whose raw and text parts are blobs
+// and whose headers and empty part are inline.
 func TestPutGetRoundTrip(t *testing.T) {
 	s := openDurable(t, t.TempDir(), Options{})
-	raw := append([]byte("\x1f\x8b compressed bytes \x00\xff"), randomBytes(5000, 1)...)
-	text := strings.Repeat("Revenue grew. ", 500)
+	raw := append([]byte("\x1f\x8b compressed bytes \x00\xff"), randomBytes(inlineMax, 1)...)
+	text := strings.Repeat("Revenue grew. ", 1000)
 	c := fetchCapture("acme", raw, text)
 	c.Parts = append(c.Parts, Part{Name: "empty", ContentType: "text/plain"})
 	c.Retention = time.Hour
@@ -138,6 +140,11 @@ func TestPutGetRoundTrip(t *testing.T) {
 	}
 	if p := got.Part("empty"); p == nil || p.Data == nil || len(p.Data) != 0 {
 		t.Fatalf("empty part: %+v", p)
+	}
+	for name, blob := range map[string]bool{"raw": true, "returned.json": true, "headers": false, "empty": false} {
+		if got := partBlob(t, s, c.ID, name) != ""; got != blob {
+			t.Fatalf("part %s: stored as a blob: %v, want %v", name, got, blob)
+		}
 	}
 	// The text part is stored compressed, the random one as it is.
 	files := blobFiles(t, s.Dir())
@@ -199,7 +206,7 @@ func TestRefusesBadNamesAndIDs(t *testing.T) {
 
 func TestDedupSharesOneBlob(t *testing.T) {
 	dir := t.TempDir()
-	s := openT(t, dir, Options{})
+	s := openT(t, dir, Options{inlineMax: -1})
 	raw := randomBytes(10000, 2)
 	a, b := fetchCapture("acme", raw, "page A"), fetchCapture("other", raw, "page B")
 	for _, c := range []*Capture{a, b} {
@@ -236,7 +243,7 @@ func TestDedupSharesOneBlob(t *testing.T) {
 
 func TestEraseLeavesTombstoneAndRemovesUnsharedBlobs(t *testing.T) {
 	dir := t.TempDir()
-	s := openT(t, dir, Options{})
+	s := openT(t, dir, Options{inlineMax: -1})
 	raw := randomBytes(4000, 3)
 	a, b := fetchCapture("acme", raw, "page A"), fetchCapture("acme", raw, "page B")
 	for _, c := range []*Capture{a, b} {
@@ -339,7 +346,16 @@ func TestDeleteIsHardAndRefusesHeld(t *testing.T) {
 }
 
 func TestSweepRetentionAndHolds(t *testing.T) {
-	s := openT(t, t.TempDir(), Options{})
+	t.Run("blobs", func(t *testing.T) { testSweepRetentionAndHolds(t, false) })
+	t.Run("inline", func(t *testing.T) { testSweepRetentionAndHolds(t, true) })
+}
+
+func testSweepRetentionAndHolds(t *testing.T, inline bool) {
+	opts := Options{inlineMax: -1}
+	if inline {
+		opts.inlineMax = 0
+	}
+	s := openT(t, t.TempDir(), opts)
 	t0 := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
 	put := func(tenant string, ret time.Duration, body string) *Capture {
 		c := &Capture{Kind: "fetch", Tenant: tenant, CreatedAt: t0, Retention: ret, Parts: []Part{{Name: "raw", Data: []byte(body)}}}
@@ -425,8 +441,15 @@ func TestSweepRetentionAndHolds(t *testing.T) {
 			t.Fatalf("left %s", c.ID)
 		}
 	}
-	if n := len(blobFiles(t, s.Dir())); n != 1 {
-		t.Fatalf("%d blob files left, want 1 (forever's)", n)
+	wantFiles := 1 // forever's
+	if inline {
+		wantFiles = 0
+	}
+	if n := len(blobFiles(t, s.Dir())); n != wantFiles {
+		t.Fatalf("%d blob files left, want %d", n, wantFiles)
+	}
+	if g, err := s.Get(bg, forever.ID); err != nil || string(g.Part("raw").Data) != "forever" {
+		t.Fatalf("forever: %v", err)
 	}
 }
 
@@ -536,7 +559,7 @@ func TestTamperedBlobDetected(t *testing.T) {
 	for _, enc := range []bool{false, true} {
 		t.Run(fmt.Sprint("encrypted=", enc), func(t *testing.T) {
 			dir := t.TempDir()
-			opts := Options{}
+			opts := Options{inlineMax: -1}
 			if enc {
 				opts.KeyFile = writeKey(t, t.TempDir(), 0o600, hexKey(1))
 			}
@@ -657,13 +680,25 @@ func TestOpenFSIsOpenWithoutKey(t *testing.T) {
 	}
 }
 
+// TestConcurrentPutsErasesAndGets runs with every part a blob, and with
+// the small parts (stdout, code) inline and the shared raw a blob.
 func TestConcurrentPutsErasesAndGets(t *testing.T) {
+	t.Run("blobs", func(t *testing.T) { testConcurrentPutsErasesAndGets(t, false) })
+	t.Run("mixed", func(t *testing.T) { testConcurrentPutsErasesAndGets(t, true) })
+}
+
+func testConcurrentPutsErasesAndGets(t *testing.T, inline bool) {
 	dir := t.TempDir()
-	s := openT(t, dir, Options{})
+	opts := Options{inlineMax: -1}
+	shared := randomBytes(3000, 9)
+	if inline {
+		opts.inlineMax = 0
+		shared = randomBytes(inlineMax+3000, 9)
+	}
+	s := openT(t, dir, opts)
 	// A second handle on the same directory, as a reviewer's tool would
 	// have: the blob lock orders the two as it orders goroutines.
-	s2 := openT(t, dir, Options{})
-	shared := randomBytes(3000, 9)
+	s2 := openT(t, dir, opts)
 	var mu sync.Mutex
 	kept := map[string][]byte{}
 	var wg sync.WaitGroup
@@ -769,8 +804,12 @@ func TestConcurrentPutsErasesAndGets(t *testing.T) {
 		}
 	}
 	// 48 live captures share raw and code; each has its own stdout.
-	if files := blobFiles(t, dir); len(files) != 2+len(kept) {
-		t.Fatalf("%d blob files, want %d", len(files), 2+len(kept))
+	want := 2 + len(kept)
+	if inline {
+		want = 1 // raw; code and stdout are inline
+	}
+	if files := blobFiles(t, dir); len(files) != want {
+		t.Fatalf("%d blob files, want %d", len(files), want)
 	}
 	if r := blobRefs(t, s, partBlob(t, s, firstKey(kept), "raw")); r != len(kept) {
 		t.Fatalf("shared raw blob has %d references, want %d", r, len(kept))

@@ -40,7 +40,7 @@ func noCrash() { hook = func(string) error { return nil } }
 
 func TestInterruptedPutLeavesNoCapture(t *testing.T) {
 	dir := t.TempDir()
-	s := openT(t, dir, Options{})
+	s := openT(t, dir, Options{inlineMax: -1})
 	before := fetchCapture("acme", []byte("stored before"), "text before")
 	if err := s.Put(bg, before); err != nil {
 		t.Fatal(err)
@@ -68,7 +68,7 @@ func TestInterruptedPutLeavesNoCapture(t *testing.T) {
 		t.Fatalf("%d orphan blobs, want 4 (raw and text of two Puts)", orphans)
 	}
 	s.Close()
-	s = openT(t, dir, Options{})
+	s = openT(t, dir, Options{inlineMax: -1})
 	if n := tmpFiles(t, dir); n != 0 {
 		t.Fatalf("Open left %d temporary files", n)
 	}
@@ -100,7 +100,7 @@ func TestInterruptedRemovalKeepsReferencedBlobs(t *testing.T) {
 	for _, point := range []string{"erase-committed", "delete-committed"} {
 		t.Run(point, func(t *testing.T) {
 			dir := t.TempDir()
-			s := openT(t, dir, Options{})
+			s := openT(t, dir, Options{inlineMax: -1})
 			raw := []byte("shared raw body")
 			a, b := fetchCapture("acme", raw, "a's own text"), fetchCapture("acme", raw, "b's own text")
 			for _, c := range []*Capture{a, b} {
@@ -126,7 +126,7 @@ func TestInterruptedRemovalKeepsReferencedBlobs(t *testing.T) {
 				t.Fatal("the crash point is after the file removal")
 			}
 			s.Close()
-			s = openT(t, dir, Options{})
+			s = openT(t, dir, Options{inlineMax: -1})
 			g, err := s.Get(bg, a.ID)
 			if point == "erase-committed" && (err != nil || g.Erased == nil) {
 				t.Fatalf("after reopen, a: %v %+v", err, g)

@@ -115,8 +115,8 @@ func TestWrongKey(t *testing.T) {
 	keys := t.TempDir()
 	keyA := writeKey(t, keys, 0o600, hexKey(1))
 	keyB := writeKey(t, keys, 0o600, base64.RawURLEncoding.EncodeToString(keyBytes(2)))
-	a := openT(t, dirA, Options{KeyFile: keyA})
-	b := openT(t, dirB, Options{KeyFile: keyB})
+	a := openT(t, dirA, Options{KeyFile: keyA, inlineMax: -1})
+	b := openT(t, dirB, Options{KeyFile: keyB, inlineMax: -1})
 	ca, cb := fetchCapture("acme", []byte("same raw"), "text"), fetchCapture("acme", []byte("same raw"), "text")
 	if err := a.Put(bg, ca); err != nil {
 		t.Fatal(err)
