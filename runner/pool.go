@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
+	"slices"
 	"sync"
 	"time"
 
@@ -295,7 +296,7 @@ func (p *pool) filler(c *poolClass) {
 			c.startTime = (c.startTime*3 + took) / 4
 		}
 		b.execID = id
-		b.watch()
+		p.watch(c, b)
 		c.ready = append(c.ready, b)
 		close(c.arrived)
 		c.arrived = make(chan struct{})
@@ -340,12 +341,25 @@ func (p *pool) close() {
 // from outside): the launcher writes nothing before it has a job, so any
 // readable byte, EOF or error on the attach stream means the box is gone.
 // Peek does not consume: once the box has a job, the run reads the stream
-// from the start, after the peek has returned.
-func (b *box) watch() {
+// from the start, after the peek has returned. A box that dies while it is
+// still in the pool is dropped and removed at once and its class refilled:
+// otherwise the dead box would count as ready, and nothing would replace
+// it until a request came to take it.
+func (p *pool) watch(c *poolClass, b *box) {
 	b.peeked = make(chan struct{})
 	go func() {
 		_, b.peekErr = b.hj.Reader.Peek(1)
 		close(b.peeked)
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		i := slices.Index(c.ready, b)
+		if i < 0 {
+			return // taken, drained or closed: the taker owns it
+		}
+		c.ready = slices.Delete(c.ready, i, i+1)
+		b.hj.Close()
+		p.r.removeLater(b.id)
+		p.refillLocked(c)
 	}()
 }
 

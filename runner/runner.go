@@ -689,7 +689,12 @@ func (r *Runner) removeLater(cid string) {
 			r.quiet.wait(maxRemovalDelay, func() bool { return r.deferred.Load() > maxDeferredRemovals })
 		}
 		r.deferred.Add(-1)
-		for attempt := 0; attempt < 5; attempt++ {
+		// Retried for removeRetryFor, which rides out an engine restart.
+		// A container given up on leaves the live set: the reaper, and
+		// Close's last reap, remove it once the engine answers again.
+		giveUp := time.Now().Add(removeRetryFor)
+		delay := 200 * time.Millisecond
+		for attempt := 1; ; attempt++ {
 			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 			err := r.cli.ContainerRemove(ctx, cid, container.RemoveOptions{Force: true, RemoveVolumes: true})
 			cancel()
@@ -697,12 +702,22 @@ func (r *Runner) removeLater(cid string) {
 				r.live.remove(cid)
 				return
 			}
-			r.log.Warn("removing container failed; retrying", "container", cid[:12], "attempt", attempt+1, "err", err)
-			time.Sleep(time.Duration(attempt+1) * 200 * time.Millisecond)
+			if time.Now().Add(delay).After(giveUp) {
+				break
+			}
+			r.log.Warn("removing container failed; retrying", "container", cid[:12], "attempt", attempt, "err", err)
+			time.Sleep(delay)
+			delay = min(2*delay, 5*time.Second)
 		}
-		r.log.Error("container could not be removed; the next start-up removes it", "container", cid[:12])
+		r.live.remove(cid)
+		r.log.Error("container could not be removed; the reaper removes it once the engine answers", "container", cid[:12])
 	}()
 }
+
+// removeRetryFor is how long removeLater keeps trying: long enough for an
+// engine restart, which waits out the stop timeout (10 s by default) of
+// the containers still running.
+const removeRetryFor = time.Minute
 
 // Bounds on deferring removals: under steady load there is no quiet
 // moment, and used containers must not pile up.
