@@ -109,6 +109,25 @@ func (m *Metrics) Gauge(name, help string, f func() float64) {
 	m.Registry.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: name, Help: help}, f))
 }
 
+// GaugesByLabel registers a gauge with one label whose values f gives at
+// scrape time, one per label value (the pool's sandboxes per profile).
+func (m *Metrics) GaugesByLabel(name, help, label string, f func() map[string]float64) {
+	m.Registry.MustRegister(&labelledGauges{desc: prometheus.NewDesc(name, help, []string{label}, nil), f: f})
+}
+
+type labelledGauges struct {
+	desc *prometheus.Desc
+	f    func() map[string]float64
+}
+
+func (g *labelledGauges) Describe(ch chan<- *prometheus.Desc) { ch <- g.desc }
+
+func (g *labelledGauges) Collect(ch chan<- prometheus.Metric) {
+	for v, n := range g.f() {
+		ch <- prometheus.MustNewConstMetric(g.desc, prometheus.GaugeValue, n, v)
+	}
+}
+
 // CounterFunc registers a counter whose value f gives at scrape time (a
 // count another package keeps, such as the reaper's).
 func (m *Metrics) CounterFunc(name, help string, f func() float64) {

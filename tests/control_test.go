@@ -775,6 +775,7 @@ func TestMetricsAndTraceparent(t *testing.T) {
 		`sandboxd_exec_start_seconds_bucket{profile="default"`,
 		`sandboxd_exec_run_seconds_bucket{profile="default"`,
 		`sandboxd_execs_running `, `sandboxd_execs_queued `,
+		`sandboxd_pool_ready{profile="default"} `, `sandboxd_pool_starting{profile="default"} `,
 	} {
 		if !strings.Contains(string(r.raw), want) {
 			t.Errorf("/metrics lacks %q", want)

@@ -374,6 +374,17 @@ func serveWith(cfg *serveConfig, log *slog.Logger, console io.Writer) error {
 	eside.record.Store(&recordEgress)
 	srv.Metrics().CounterFunc("sandboxd_reaper_removed_total", "Containers of this instance the reaper removed because no run owned them.",
 		func() float64 { return float64(eng.Reaped()) })
+	poolGauge := func(i int) func() map[string]float64 {
+		return func() map[string]float64 {
+			out := map[string]float64{}
+			for profile, n := range eng.PoolStats() {
+				out[profile] = float64(n[i])
+			}
+			return out
+		}
+	}
+	srv.Metrics().GaugesByLabel("sandboxd_pool_ready", "Started sandboxes waiting in the warm pool for a job, per exec profile.", "profile", poolGauge(0))
+	srv.Metrics().GaugesByLabel("sandboxd_pool_starting", "Sandboxes being started for the warm pool, per exec profile.", "profile", poolGauge(1))
 	ln, err := net.Listen("tcp", cfg.addr)
 	if err != nil {
 		return fmt.Errorf("listening on %s: %w", cfg.addr, err)
