@@ -97,27 +97,12 @@ func (c *collector) read(r io.Reader) error {
 				c.onOutput("stderr", append([]byte(nil), p...))
 			}
 		case jobproto.TypeFile:
-			h, content, err := jobproto.DecodeFile(p)
-			if err != nil {
+			if err := c.fileFrame(p); err != nil {
 				return err
 			}
-			if err := jobproto.CheckPath(h.Path); err != nil {
-				c.skipped = append(c.skipped, jobproto.Skipped{Path: h.Path, Reason: "name not returned: " + err.Error()})
-				continue
-			}
-			if len(c.files) >= c.job.MaxOutCount || h.Size > c.job.MaxOutFileBytes || c.fileBytes+h.Size > c.job.MaxOutTotalBytes {
-				c.skipped = append(c.skipped, jobproto.Skipped{Path: h.Path, Reason: "over the output file caps"})
-				continue
-			}
-			c.fileBytes += h.Size
-			c.files = append(c.files, OutFile{Path: h.Path, Mode: h.Mode, Content: content})
 		case jobproto.TypeSkipped:
-			var s jobproto.Skipped
-			if err := json.Unmarshal(p, &s); err != nil {
-				return fmt.Errorf("bad skipped frame: %w", err)
-			}
-			if len(c.skipped) < c.job.MaxOutCount+100 {
-				c.skipped = append(c.skipped, s)
+			if err := c.skippedFrame(p); err != nil {
+				return err
 			}
 		case jobproto.TypeExit:
 			if err := json.Unmarshal(p, &c.exit); err != nil {
@@ -130,6 +115,40 @@ func (c *collector) read(r io.Reader) error {
 			return fmt.Errorf("unknown frame type %q from the sandbox", typ)
 		}
 	}
+}
+
+// fileFrame takes a returned file, within the job's output file caps; a
+// file over them, or with a name that may not be returned, is listed as
+// skipped instead.
+func (c *collector) fileFrame(p []byte) error {
+	h, content, err := jobproto.DecodeFile(p)
+	if err != nil {
+		return err
+	}
+	if err := jobproto.CheckPath(h.Path); err != nil {
+		c.skipped = append(c.skipped, jobproto.Skipped{Path: h.Path, Reason: "name not returned: " + err.Error()})
+		return nil
+	}
+	if len(c.files) >= c.job.MaxOutCount || h.Size > c.job.MaxOutFileBytes || c.fileBytes+h.Size > c.job.MaxOutTotalBytes {
+		c.skipped = append(c.skipped, jobproto.Skipped{Path: h.Path, Reason: "over the output file caps"})
+		return nil
+	}
+	c.fileBytes += h.Size
+	c.files = append(c.files, OutFile{Path: h.Path, Mode: h.Mode, Content: content})
+	return nil
+}
+
+// skippedFrame takes the launcher's report of a file it did not send,
+// keeping a bounded number of them.
+func (c *collector) skippedFrame(p []byte) error {
+	var s jobproto.Skipped
+	if err := json.Unmarshal(p, &s); err != nil {
+		return fmt.Errorf("bad skipped frame: %w", err)
+	}
+	if len(c.skipped) < c.job.MaxOutCount+100 {
+		c.skipped = append(c.skipped, s)
+	}
+	return nil
 }
 
 func appendCapped(dst, p []byte, limit int64, trunc bool) ([]byte, bool) {

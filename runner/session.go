@@ -649,28 +649,9 @@ func (c *collector) sessionFrame(typ byte, p []byte) error {
 	case jobproto.TypeStderr:
 		_, _ = c.stderr.Write(p)
 	case jobproto.TypeFile:
-		h, content, err := jobproto.DecodeFile(p)
-		if err != nil {
-			return err
-		}
-		if err := jobproto.CheckPath(h.Path); err != nil {
-			c.skipped = append(c.skipped, jobproto.Skipped{Path: h.Path, Reason: "name not returned: " + err.Error()})
-			return nil
-		}
-		if len(c.files) >= c.job.MaxOutCount || h.Size > c.job.MaxOutFileBytes || c.fileBytes+h.Size > c.job.MaxOutTotalBytes {
-			c.skipped = append(c.skipped, jobproto.Skipped{Path: h.Path, Reason: "over the output file caps"})
-			return nil
-		}
-		c.fileBytes += h.Size
-		c.files = append(c.files, OutFile{Path: h.Path, Mode: h.Mode, Content: content})
+		return c.fileFrame(p)
 	case jobproto.TypeSkipped:
-		var sk jobproto.Skipped
-		if err := json.Unmarshal(p, &sk); err != nil {
-			return fmt.Errorf("bad skipped frame: %w", err)
-		}
-		if len(c.skipped) < c.job.MaxOutCount+100 {
-			c.skipped = append(c.skipped, sk)
-		}
+		return c.skippedFrame(p)
 	default:
 		return fmt.Errorf("unexpected frame %q during a call", typ)
 	}
