@@ -372,14 +372,22 @@ func runAttack(t *testing.T, prof string, a attack, subst map[string]string) {
 		a.host(t, x)
 	}
 	// Nothing the attack started may outlive its run on the host.
+	x.checkHostClean(t, "of this run are still alive on the host after its response", r.Stdout)
+}
+
+// checkHostClean fails t when a process (described by alive) or a file
+// named after the run is left on the host, and logs the run's stdout when
+// t failed.
+func (x *run) checkHostClean(t *testing.T, alive, stdout string) {
+	t.Helper()
 	if left := waitHostProcs(2*time.Second, x.nonce, x.nonceNum); len(left) > 0 {
-		t.Errorf("processes of this run are still alive on the host after its response: %s", strings.Join(left, "; "))
+		t.Errorf("processes %s: %s", alive, strings.Join(left, "; "))
 	}
 	if left := hostFilesMatching(x.nonce); len(left) > 0 {
 		t.Errorf("files named after this run exist on the host: %s", strings.Join(left, ", "))
 	}
 	if t.Failed() {
-		t.Logf("stdout:\n%s", clip([]byte(r.Stdout), 6000))
+		t.Logf("stdout:\n%s", clip([]byte(stdout), 6000))
 	}
 }
 

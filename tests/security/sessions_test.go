@@ -254,13 +254,5 @@ func runSessionAttack(t *testing.T, prof string, a attack, subst map[string]stri
 	if a.host != nil {
 		a.host(t, x)
 	}
-	if left := waitHostProcs(2*time.Second, x.nonce, x.nonceNum); len(left) > 0 {
-		t.Errorf("processes of this session are still alive on the host after it ended: %s", strings.Join(left, "; "))
-	}
-	if left := hostFilesMatching(x.nonce); len(left) > 0 {
-		t.Errorf("files named after this run exist on the host: %s", strings.Join(left, ", "))
-	}
-	if t.Failed() {
-		t.Logf("stdout:\n%s", clip([]byte(r.Stdout), 6000))
-	}
+	x.checkHostClean(t, "of this session are still alive on the host after it ended", r.Stdout)
 }
