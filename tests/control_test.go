@@ -71,11 +71,20 @@ func newCtlServer(t *testing.T, tenants string, extra ...string) *ctlServer {
 		agent: newKey(), admin: newKey(), log: &logBuffer{}}
 	keys := fmt.Sprintf("keys:\n  - id: agent-c\n    tenant: acme\n    key_sha256: %s\n    roles: [agent]\n  - id: admin-c\n    tenant: ops\n    key_sha256: %s\n    roles: [admin]\n",
 		sha256Hex(s.agent), sha256Hex(s.admin))
-	if err := os.WriteFile(filepath.Join(s.keysDir, "keys.yaml"), []byte(keys), 0o600); err != nil {
+	s.launch(keys)
+	return s
+}
+
+// launch writes keysYAML and the tenants file, starts sandboxd and shuts it
+// down when the test ends (with its log's tail when the test failed).
+func (s *ctlServer) launch(keysYAML string) {
+	t := s.t
+	t.Helper()
+	if err := os.WriteFile(filepath.Join(s.keysDir, "keys.yaml"), []byte(keysYAML), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if tenants != "" {
-		if err := os.WriteFile(filepath.Join(s.keysDir, "tenants.yaml"), []byte(tenants), 0o600); err != nil {
+	if s.tenants != "" {
+		if err := os.WriteFile(filepath.Join(s.keysDir, "tenants.yaml"), []byte(s.tenants), 0o600); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -86,7 +95,6 @@ func newCtlServer(t *testing.T, tenants string, extra ...string) *ctlServer {
 			t.Logf("sandboxd log:\n%s", s.log.Tail(40))
 		}
 	})
-	return s
 }
 
 func (s *ctlServer) start() {

@@ -18,8 +18,6 @@ import (
 	"image/png"
 	"io"
 	"net/http"
-	"os"
-	"path/filepath"
 	"sort"
 	"strings"
 	"sync"
@@ -528,21 +526,7 @@ func sessionServer(t *testing.T, tenants string) (*ctlServer, map[string]string)
 		}
 		fmt.Fprintf(&b, "  - id: %s\n    tenant: %s\n    key_sha256: %s\n    roles: %s\n", id, tenant, sha256Hex(keys[id]), roles)
 	}
-	if err := os.WriteFile(filepath.Join(s.keysDir, "keys.yaml"), []byte(b.String()), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	if tenants != "" {
-		if err := os.WriteFile(filepath.Join(s.keysDir, "tenants.yaml"), []byte(tenants), 0o600); err != nil {
-			t.Fatal(err)
-		}
-	}
-	s.start()
-	t.Cleanup(func() {
-		s.shutdown()
-		if t.Failed() {
-			t.Logf("sandboxd log:\n%s", s.log.Tail(40))
-		}
-	})
+	s.launch(b.String())
 	return s, keys
 }
 
