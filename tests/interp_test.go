@@ -111,3 +111,27 @@ plt.savefig("/sandbox/out/plot.png")
 		t.Errorf("matplotlib complained (font cache?): %q", r.Stderr)
 	}
 }
+
+// In a cold sandbox the data profile's preload (numpy, pandas, matplotlib:
+// a second or more here) is the sandbox's start-up: the job's wall clock
+// starts once it is done, so a trivial job under a short limit is not
+// killed for the time the imports took.
+func TestColdPreloadIsNotOnTheJobClock(t *testing.T) {
+	t.Parallel()
+	c := newTC(t)
+	req := py("import sys\nprint('pandas' in sys.modules)\n")
+	req.Profile = "data"
+	// A lower tmpfs size is one a ready container cannot take: the run
+	// gets a cold sandbox.
+	req.Limits = map[string]any{"timeout_ms": 300, "tmpfs_mb": 200}
+	r, res := c.exec(req)
+	if r.Status != "ok" || r.Stdout != "True\n" {
+		t.Fatalf("status %s (%s) stdout %q: the preload counted against the 300 ms limit\n%s", r.Status, r.Message, r.Stdout, res)
+	}
+	if st := res.Header.Get("Server-Timing"); !strings.Contains(st, `sandbox;desc="cold"`) {
+		t.Errorf("the run did not get a cold sandbox: Server-Timing %q", st)
+	}
+	if r.DurationMS > 300 {
+		t.Errorf("duration_ms %d counts more than the job", r.DurationMS)
+	}
+}

@@ -51,6 +51,10 @@ type interp struct {
 	// kreqW and krespR are the launcher's ends of a session kernel's
 	// channel (the child's fds 4 and 5; see kernel.go). A job closes them.
 	kreqW, krespR *os.File
+	// readyR is the read end of the child's fd 6, on which the waiting
+	// interpreter writes one byte once its preload is done (EOF without
+	// it: the interpreter died first).
+	readyR *os.File
 	// sink, when set (session mode), receives every chunk of output
 	// instead of the job's forwarding, and nil at the end of a stream.
 	sink atomic.Pointer[func(typ byte, p []byte)]
@@ -81,15 +85,19 @@ func startInterp(preload []string, out *frameWriter) (*interp, error) {
 	if err != nil {
 		return nil, err
 	}
-	in := &interp{out: out, stdinW: stdinW, ctlW: ctlW, kreqW: kreqW, krespR: krespR, oomBefore: oomKills()}
-	// The child gets the three standard pipes, the control pipe (fd 3)
-	// and a session kernel's channel (fds 4 and 5), which it closes before
-	// running a job's code; nothing else of the launcher's, the report
-	// stream above all, is inherited.
+	readyR, readyW, err := os.Pipe()
+	if err != nil {
+		return nil, err
+	}
+	in := &interp{out: out, stdinW: stdinW, ctlW: ctlW, kreqW: kreqW, krespR: krespR, readyR: readyR, oomBefore: oomKills()}
+	// The child gets the three standard pipes, the control pipe (fd 3),
+	// a session kernel's channel (fds 4 and 5) and the ready pipe (fd 6),
+	// which it closes before running a job's code; nothing else of the
+	// launcher's, the report stream above all, is inherited.
 	proc, err := os.StartProcess(python, append([]string{"python3", "-c", zygote}, preload...), &os.ProcAttr{
 		Dir:   jobproto.WorkDir,
 		Env:   os.Environ(),
-		Files: []*os.File{stdinR, stdoutW, stderrW, ctlR, kreqR, krespW},
+		Files: []*os.File{stdinR, stdoutW, stderrW, ctlR, kreqR, krespW, readyW},
 		Sys:   &syscall.SysProcAttr{Setpgid: true},
 	})
 	if err != nil {
@@ -102,6 +110,7 @@ func startInterp(preload []string, out *frameWriter) (*interp, error) {
 	ctlR.Close()
 	kreqR.Close()
 	krespW.Close()
+	readyW.Close()
 	// The code, not the launcher, should be the OOM killer's choice.
 	_ = os.WriteFile("/proc/"+strconv.Itoa(in.pid)+"/oom_score_adj", []byte("1000"), 0)
 	in.pumps.Add(2)
@@ -152,9 +161,21 @@ func (in *interp) pump(r *os.File, typ byte) bool {
 	}
 }
 
-// run hands the job to the waiting interpreter and waits for it.
+// waitReady waits until the interpreter has imported its preload modules
+// (or died). sandboxd's start-up clock bounds the wait from outside.
+func (in *interp) waitReady() {
+	var b [1]byte
+	_, _ = in.readyR.Read(b[:])
+	in.readyR.Close()
+}
+
+// run hands the job to the waiting interpreter and waits for it. The
+// job's clock starts once the preload is done: in a cold sandbox the
+// import of the profile's modules (seconds for pandas on a busy machine)
+// is the sandbox's start-up, not the code's time.
 func (in *interp) run(job *jobproto.Job) jobproto.Exit {
 	outputLimit.Store(job.OutputBytes)
+	in.waitReady()
 	base := cpuTicks(in.pid) // the preload's CPU is not the job's
 	ctl, err := json.Marshal(struct {
 		Path string            `json:"path"`

@@ -415,6 +415,8 @@ func (h *session) adopt(in *interp) error {
 	}
 	in.sink.Store(&sink)
 	in.forward.Store(false)
+	// The kernel says it is ready on its own channel, after the preload.
+	in.readyR.Close()
 	ctl, err := json.Marshal(map[string]string{"kernel": kernelSource})
 	if err != nil {
 		return err
