@@ -1,25 +1,23 @@
 package api
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"log/slog"
-	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/sandboxd/sandboxd/egress"
 	"github.com/sandboxd/sandboxd/egress/approval"
+	"github.com/sandboxd/sandboxd/internal/logbuf"
 	"github.com/sandboxd/sandboxd/store"
 )
 
 type approvalFixture struct {
 	*egressFixture
-	mu   sync.Mutex
+	mu   sync.Mutex // guards now
 	now  time.Time
-	logs bytes.Buffer
+	logs logbuf.Buffer
 }
 
 func (f *approvalFixture) clock() time.Time {
@@ -32,25 +30,6 @@ func (f *approvalFixture) advance(d time.Duration) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.now = f.now.Add(d)
-}
-
-func (f *approvalFixture) Write(p []byte) (int, error) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return f.logs.Write(p)
-}
-
-func (f *approvalFixture) logLines(msg string) []map[string]any {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	var out []map[string]any
-	for _, l := range strings.Split(strings.TrimSpace(f.logs.String()), "\n") {
-		var m map[string]any
-		if json.Unmarshal([]byte(l), &m) == nil && m["msg"] == msg {
-			out = append(out, m)
-		}
-	}
-	return out
 }
 
 // newApprovalFixture is the egress fixture with an egress profile
@@ -69,7 +48,7 @@ func newApprovalFixture(t *testing.T) *approvalFixture {
 	set.Egress[p.Name] = &p
 	f.res.Set("docs.example", "93.184.216.40")
 	f.res.Set("inside.example", "10.9.8.7")
-	svc := approval.New(approval.Config{Store: f.srv.ctl.store, Log: slog.New(slog.NewJSONHandler(f, nil)), Now: f.clock})
+	svc := approval.New(approval.Config{Store: f.srv.ctl.store, Log: slog.New(slog.NewJSONHandler(&f.logs, nil)), Now: f.clock})
 	srv := New(Config{
 		DataDir: f.srv.cfg.DataDir, Profiles: set, Keys: f.srv.cfg.Keys, Log: f.srv.log, MaxBodyBytes: 1 << 20,
 		Resolver: f.res, Control: Control{Store: f.srv.ctl.store}, Approvals: svc,
@@ -178,7 +157,7 @@ func TestApprovalsAPI(t *testing.T) {
 		body["expires_at"] != "2026-03-02T12:01:00Z" || body["reason"] != "vendor docs" {
 		t.Fatalf("approve: %d %v", code, body)
 	}
-	lines := f.logLines("egress approval decided")
+	lines := f.logs.Records("egress approval decided")
 	if len(lines) != 1 || lines[0]["decided_by"] != "sec" || lines[0]["decision"] != "approve" || lines[0]["approval_id"] != id ||
 		lines[0]["host"] != "docs.example" || lines[0]["ttl"] != "24h0m0s" {
 		t.Fatalf("decision log: %v", lines)

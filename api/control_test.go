@@ -19,6 +19,7 @@ import (
 	"github.com/sandboxd/sandboxd/admit"
 	"github.com/sandboxd/sandboxd/auth"
 	"github.com/sandboxd/sandboxd/budget"
+	"github.com/sandboxd/sandboxd/internal/logbuf"
 	"github.com/sandboxd/sandboxd/profiles"
 	"github.com/sandboxd/sandboxd/runner"
 	"github.com/sandboxd/sandboxd/store"
@@ -34,8 +35,7 @@ type ctlFixture struct {
 	dir    string
 	tenant string // tenants file content
 	wait   time.Duration
-	logs   *bytes.Buffer
-	logMu  *sync.Mutex
+	logs   *logbuf.Buffer
 }
 
 const (
@@ -64,17 +64,6 @@ func ring(t testing.TB) *auth.Keyring {
 	return r
 }
 
-type lockedBuffer struct {
-	mu *sync.Mutex
-	b  *bytes.Buffer
-}
-
-func (l lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
 // causeEngine says why a run was stopped, as the real runner does.
 type causeEngine struct{ *fakeEngine }
 
@@ -88,7 +77,7 @@ func (e causeEngine) Run(ctx context.Context, spec *runner.Spec) (*runner.Result
 
 func newCtl(t *testing.T, tenants string, wait time.Duration) *ctlFixture {
 	t.Helper()
-	f := &ctlFixture{t: t, dir: t.TempDir(), tenant: tenants, wait: wait, logs: &bytes.Buffer{}, logMu: &sync.Mutex{}}
+	f := &ctlFixture{t: t, dir: t.TempDir(), tenant: tenants, wait: wait, logs: &logbuf.Buffer{}}
 	f.eng = &fakeEngine{result: runner.Result{Status: runner.StatusOK, Stdout: []byte("1\n"), ImageID: "sha256:fake"}}
 	f.start()
 	return f
@@ -116,7 +105,7 @@ func (f *ctlFixture) start() {
 			t.Fatal(err)
 		}
 	}
-	log := slog.New(slog.NewJSONHandler(lockedBuffer{f.logMu, f.logs}, nil))
+	log := slog.New(slog.NewJSONHandler(f.logs, nil))
 	f.st = st
 	f.srv = New(Config{
 		DataDir: f.dir, Profiles: set, Keys: ring(t), Engine: causeEngine{f.eng}, Gate: admit.New(2, 4, time.Minute), Log: log, MaxBodyBytes: 1 << 20,
@@ -641,9 +630,7 @@ func TestMetricsAndTrace(t *testing.T) {
 			t.Errorf("/metrics lacks %s", want)
 		}
 	}
-	f.logMu.Lock()
 	logs := f.logs.String()
-	f.logMu.Unlock()
 	if !strings.Contains(logs, `"trace_id":"4bf92f3577b34da6a3ce929d0e0e4736"`) {
 		t.Errorf("no trace id in the logs:\n%s", logs)
 	}

@@ -13,7 +13,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -24,6 +23,7 @@ import (
 	"github.com/sandboxd/sandboxd/capture"
 	"github.com/sandboxd/sandboxd/egress"
 	"github.com/sandboxd/sandboxd/egress/egresstest"
+	"github.com/sandboxd/sandboxd/internal/logbuf"
 	"github.com/sandboxd/sandboxd/profiles"
 	"github.com/sandboxd/sandboxd/redact"
 	"github.com/sandboxd/sandboxd/runner"
@@ -116,7 +116,7 @@ func newFetchFixture(t *testing.T, tenants string) *fetchFixture {
 	}
 	f.captures = caps
 	res := egresstest.NewResolver(map[string][]string{"pages.test": {"127.0.0.1"}, "other.test": {"127.0.0.1"}, "evil.test": {"127.0.0.1"}})
-	cf := &ctlFixture{t: t, dir: dir, tenant: tenants, wait: 2 * time.Second, logs: &bytes.Buffer{}, logMu: &sync.Mutex{}}
+	cf := &ctlFixture{t: t, dir: dir, tenant: tenants, wait: 2 * time.Second, logs: &logbuf.Buffer{}}
 	cf.eng = &fakeEngine{result: runner.Result{Status: runner.StatusOK}}
 	st, err := store.OpenSQLite(dir)
 	if err != nil {
@@ -129,7 +129,7 @@ func newFetchFixture(t *testing.T, tenants string) *fetchFixture {
 		}
 	}
 	// As sandboxd serve does: every line goes through the redactor.
-	log := slog.New(redact.NewHandler(slog.NewJSONHandler(lockedBuffer{cf.logMu, cf.logs}, nil), redact.Default()))
+	log := slog.New(redact.NewHandler(slog.NewJSONHandler(cf.logs, nil), redact.Default()))
 	cf.st = st
 	cf.srv = New(Config{
 		DataDir: dir, Profiles: set, Keys: ring(t), Engine: causeEngine{cf.eng}, Gate: admit.New(2, 4, time.Minute), Log: log, MaxBodyBytes: 1 << 20,
@@ -394,9 +394,7 @@ func TestFetchRedactsErrorsAndLogs(t *testing.T) {
 	if r.code != 502 || strings.Contains(string(r.raw), fakeToken) {
 		t.Fatalf("error answer: %d %s", r.code, r.raw)
 	}
-	f.logMu.Lock()
 	logs := f.logs.String()
-	f.logMu.Unlock()
 	if strings.Contains(logs, fakeToken) {
 		t.Fatalf("a log line carries the token:\n%s", logs)
 	}

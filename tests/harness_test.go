@@ -36,6 +36,8 @@ import (
 	"github.com/docker/docker/api/types/container"
 	"github.com/docker/docker/api/types/filters"
 	"github.com/docker/docker/client"
+
+	"github.com/sandboxd/sandboxd/internal/logbuf"
 )
 
 // sandboxImage is the image the default profile names.
@@ -413,30 +415,7 @@ func warmUp() error {
 // Server output capture.
 
 // logBuffer keeps everything sandboxd wrote, for failure diagnostics.
-type logBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (l *logBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.buf.Write(p)
-}
-
-func (l *logBuffer) Reset() {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	l.buf.Reset()
-}
-
-func (l *logBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.buf.String()
-}
-
-func (l *logBuffer) Tail(n int) string { return lastLines(l.String(), n) }
+type logBuffer struct{ logbuf.Buffer }
 
 // Grep returns the lines that contain any of needles (at most max).
 func (l *logBuffer) Grep(needles []string, max int) string {

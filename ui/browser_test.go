@@ -11,7 +11,6 @@ package ui_test
 // directory's sandboxd-artifacts).
 
 import (
-	"bytes"
 	"compress/gzip"
 	"context"
 	"crypto/sha256"
@@ -29,7 +28,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -45,6 +43,7 @@ import (
 	"github.com/sandboxd/sandboxd/capture"
 	"github.com/sandboxd/sandboxd/egress"
 	"github.com/sandboxd/sandboxd/egress/egresstest"
+	"github.com/sandboxd/sandboxd/internal/logbuf"
 	"github.com/sandboxd/sandboxd/profiles"
 	"github.com/sandboxd/sandboxd/runner"
 )
@@ -93,23 +92,6 @@ func artifactDir(t *testing.T) string {
 		t.Fatal(err)
 	}
 	return dir
-}
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
 
 type env struct {
@@ -220,7 +202,7 @@ func TestBrowserReview(t *testing.T) {
 		t.Fatalf("the fetch has no capture: %v", fetched)
 	}
 
-	var chromeOut syncBuffer
+	var chromeOut logbuf.Buffer
 	opts := append(chromedp.DefaultExecAllocatorOptions[:],
 		chromedp.ExecPath(chrome),
 		// CI runs the tests as root, and Chromium refuses to start as root

@@ -41,41 +41,17 @@ import (
 	"github.com/sandboxd/sandboxd/api"
 	"github.com/sandboxd/sandboxd/audit"
 	"github.com/sandboxd/sandboxd/egress/egresstest"
+	"github.com/sandboxd/sandboxd/internal/logbuf"
 	"github.com/sandboxd/sandboxd/runner"
 )
 
-// syncBuffer collects sandboxd's log lines.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
+// syncBuffer collects sandboxd's log lines: a logbuf.Buffer, kept under
+// this name (and lines for Records) for the fetch, reload and serve-helper
+// tests, which use it.
+type syncBuffer struct{ logbuf.Buffer }
 
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-// lines returns the JSON log lines with message msg.
-func (b *syncBuffer) lines(msg string) []map[string]any {
-	b.mu.Lock()
-	data := b.buf.String()
-	b.mu.Unlock()
-	var out []map[string]any
-	for _, l := range strings.Split(data, "\n") {
-		var m map[string]any
-		if json.Unmarshal([]byte(l), &m) == nil && m["msg"] == msg {
-			out = append(out, m)
-		}
-	}
-	return out
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
+// lines returns the JSON log lines with message msg (never empty here).
+func (b *syncBuffer) lines(msg string) []map[string]any { return b.Records(msg) }
 
 // rendezvous is the loopback upstream the sandboxes may reach through the
 // proxy. Besides /hello it lets two sandboxes learn each other's address

@@ -18,6 +18,8 @@ import (
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/sandboxd/sandboxd/internal/logbuf"
 )
 
 type bearerTransport struct {
@@ -147,7 +149,7 @@ func TestMCPEndToEnd(t *testing.T) {
 		}
 		inR, inW := io.Pipe()
 		outR, outW := io.Pipe()
-		var stderr syncBuffer
+		var stderr logbuf.Buffer
 		done := make(chan int, 1)
 		go func() {
 			done <- mcpCmd([]string{"--url", e.base, "--key-file", keyFile, "--session", "stdio-e2e"}, inR, outW, &stderr)
@@ -188,7 +190,7 @@ func TestMCPEndToEnd(t *testing.T) {
 
 func TestMCPCommandNeedsAKey(t *testing.T) {
 	t.Setenv("SANDBOXD_KEY", "")
-	var stderr syncBuffer
+	var stderr logbuf.Buffer
 	if code := mcpCmd([]string{"--url", "http://127.0.0.1:1"}, io.NopCloser(strings.NewReader("")), nopWriteCloser{io.Discard}, &stderr); code != 2 || !strings.Contains(stderr.String(), "SANDBOXD_KEY") {
 		t.Fatalf("exit %d: %s", code, stderr.String())
 	}

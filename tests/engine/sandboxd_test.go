@@ -15,10 +15,11 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/sandboxd/sandboxd/internal/logbuf"
 )
 
 // Server timing budgets.
@@ -37,7 +38,7 @@ type sandboxd struct {
 	t    *testing.T
 	url  string
 	key  string
-	log  *logBuffer
+	log  *logbuf.Buffer
 	cmd  *exec.Cmd
 	done chan struct{}
 	err  error // cmd.Wait's, once done is closed
@@ -87,7 +88,7 @@ func startSandboxd(t *testing.T, bin, root, dir, dockerHost string, poolSize int
 	if err := os.WriteFile(keys, []byte(fmt.Sprintf("keys:\n  - id: engine-test\n    tenant: engine-test\n    key_sha256: %x\n    roles: [agent]\n", sum)), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	s := &sandboxd{t: t, key: key, log: &logBuffer{}}
+	s := &sandboxd{t: t, key: key, log: &logbuf.Buffer{}}
 	for attempt := 0; attempt < 3; attempt++ {
 		ln, err := net.Listen("tcp", "127.0.0.1:0")
 		if err != nil {
@@ -95,7 +96,7 @@ func startSandboxd(t *testing.T, bin, root, dir, dockerHost string, poolSize int
 		}
 		addr := ln.Addr().String()
 		ln.Close()
-		s.log.reset()
+		s.log.Reset()
 		s.url = "http://" + addr
 		s.cmd = exec.Command(bin, "serve",
 			"--addr", addr,
@@ -298,28 +299,4 @@ func keepLog(t *testing.T, name, content string) {
 	if err := os.WriteFile(filepath.Join(dir, name), []byte(content), 0o644); err != nil {
 		t.Logf("keeping %s: %v", name, err)
 	}
-}
-
-// logBuffer keeps a child's output for failure reports.
-type logBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (l *logBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.buf.Write(p)
-}
-
-func (l *logBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.buf.String()
-}
-
-func (l *logBuffer) reset() {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	l.buf.Reset()
 }

@@ -37,6 +37,7 @@ import (
 	"github.com/docker/docker/api/types/filters"
 	"github.com/docker/docker/client"
 
+	"github.com/sandboxd/sandboxd/internal/logbuf"
 	"github.com/sandboxd/sandboxd/profiles"
 	"github.com/sandboxd/sandboxd/runner"
 )
@@ -372,36 +373,8 @@ func warmUp() error {
 // ---------------------------------------------------------------------------
 // Server output.
 
-type logBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (l *logBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.buf.Write(p)
-}
-
-func (l *logBuffer) Reset() {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	l.buf.Reset()
-}
-
-func (l *logBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.buf.String()
-}
-
-func (l *logBuffer) Tail(n int) string {
-	lines := strings.Split(strings.TrimRight(l.String(), "\n"), "\n")
-	if len(lines) > n {
-		lines = lines[len(lines)-n:]
-	}
-	return strings.Join(lines, "\n")
-}
+// logBuffer keeps everything sandboxd wrote, for failure diagnostics.
+type logBuffer struct{ logbuf.Buffer }
 
 // Grep returns the log lines that mention needle (at most max, the last).
 func (l *logBuffer) Grep(needle string, max int) string {
