@@ -77,10 +77,14 @@ func (s *Server) auditExec(j *execJob, a *answer) *answer {
 		{Name: "stdin", ContentType: "application/octet-stream", Data: spec.Job.Stdin},
 	}
 	meta := map[string]string{"exec_id": j.id, "profile": spec.Profile.Name}
+	if len(spec.Job.Stdin) > 0 {
+		r.Inputs = append(r.Inputs, audit.Output{Name: "stdin", Size: int64(len(spec.Job.Stdin)), SHA256: audit.SHA256(spec.Job.Stdin)})
+	}
 	for i, f := range spec.Job.Files {
 		name := "input." + strconv.Itoa(i)
 		parts = append(parts, capture.Part{Name: name, ContentType: "application/octet-stream", Data: f.Content})
 		meta[name] = f.Path
+		r.Inputs = append(r.Inputs, audit.Output{Name: "files/" + f.Path, Size: int64(len(f.Content)), SHA256: audit.SHA256(f.Content)})
 	}
 	switch {
 	case a.resp != nil:

@@ -2,6 +2,7 @@ package api
 
 import (
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"net/http"
@@ -28,7 +29,7 @@ func TestExecIsAuditedBeforeTheAnswer(t *testing.T) {
 	f := newCtl(t, "", 0)
 	f.eng.result = runner.Result{Status: runner.StatusOK, Stdout: []byte("hello\n"), ImageID: "sha256:img",
 		Files: []runner.OutFile{{Path: "a.txt", Content: []byte("x")}}}
-	r := f.exec(`{"language":"python","code":"print('hello')","stdin":"in"}`, "X-Session-Id", "s-1",
+	r := f.exec(`{"language":"python","code":"print('hello')","stdin":"in","files":[{"path":"d/in.csv","content":"YSxi"}]}`, "X-Session-Id", "s-1",
 		"traceparent", "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01")
 	if r.code != 200 {
 		t.Fatalf("exec: %d %s", r.code, r.raw)
@@ -47,6 +48,10 @@ func TestExecIsAuditedBeforeTheAnswer(t *testing.T) {
 	}
 	if len(rec.Outputs) != 3 || rec.Outputs[0].SHA256 != audit.SHA256([]byte("hello\n")) || rec.Outputs[2].Name != "files/a.txt" {
 		t.Fatalf("outputs: %+v", rec.Outputs)
+	}
+	if len(rec.Inputs) != 2 || rec.Inputs[0] != (audit.Output{Name: "stdin", Size: 2, SHA256: audit.SHA256([]byte("in"))}) ||
+		rec.Inputs[1] != (audit.Output{Name: "files/d/in.csv", Size: 3, SHA256: audit.SHA256([]byte("a,b"))}) {
+		t.Fatalf("inputs: %+v", rec.Inputs)
 	}
 	if strings.Contains(string(mustJSON(rec)), "print('hello')") {
 		t.Fatal("the record holds the code itself")
@@ -142,5 +147,25 @@ func TestAuditFailureWithholdsTheResult(t *testing.T) {
 	r = f.exec(code1, "Idempotency-Key", "audit-k")
 	if r.code != 503 || f.runs() != 1 {
 		t.Fatalf("retry: %d, %d runs", r.code, f.runs())
+	}
+}
+
+// A session's file read whose record cannot be written is withheld; an
+// upload says it happened but the answer is a 503.
+func TestAuditFailureWithholdsASessionFile(t *testing.T) {
+	f := newCtl(t, "", 0)
+	id := f.newSession(keyAgent, `{}`)
+	secret := base64.StdEncoding.EncodeToString([]byte("held back"))
+	if r := f.req(http.MethodPost, "/sessions/"+id+"/files", keyAgent, `{"files":[{"path":"a.txt","content":"`+secret+`"}]}`); r.code != 200 {
+		t.Fatalf("put: %d %s", r.code, r.raw)
+	}
+	real := f.srv.audit
+	f.srv.audit = failingLog{real}
+	defer func() { f.srv.audit = real }()
+	if r := f.req(http.MethodGet, "/sessions/"+id+"/files/a.txt", keyAgent, ""); r.code != 503 || r.errCode() != CodeAuditUnavailable || strings.Contains(string(r.raw), secret) {
+		t.Fatalf("get with a failing audit log: %d %s", r.code, r.raw)
+	}
+	if r := f.req(http.MethodPost, "/sessions/"+id+"/files", keyAgent, `{"files":[{"path":"b.txt","content":"`+secret+`"}]}`); r.code != 503 || r.errCode() != CodeAuditUnavailable {
+		t.Fatalf("put with a failing audit log: %d %s", r.code, r.raw)
 	}
 }

@@ -910,7 +910,57 @@ func (s *Server) sessionPutFiles(c echo.Context) error {
 		resp.Files = append(resp.Files, SessionFileRef{Path: f.Path, Size: int64(len(f.Content))})
 	}
 	requestLogger(c, s.log).Info("session files written", "files", len(files))
+	if err := s.auditTransfer(c, ls, "files_put", files, nil, nil); err != nil {
+		return err
+	}
 	return c.JSON(http.StatusOK, resp)
+}
+
+// auditTransfer keeps a session's file transfer as a capture and appends
+// its audit record (kind session, action files_put or file_get) before the
+// answer: the files put are data the session's code sees, the file got is
+// what the agent read out of the sandbox. A failed capture is noted in the
+// record, as an exec's; a failed append withholds the answer.
+func (s *Server) auditTransfer(c echo.Context, ls *liveSession, action string, in, out []jobproto.File, red map[string]int) error {
+	// The session's records are grouped as its start and end are.
+	xs := ls.xsession
+	if xs == "" {
+		xs = ls.id
+	}
+	m := metaOf(c)
+	m.session = xs
+	r := m.record(audit.KindSession)
+	r.Action, r.Subject, r.Status = action, ls.id, "ok"
+	r.ExecProfile = &audit.ProfileRef{Name: ls.profile.Name, Version: ls.profile.Version}
+	r.Redactions = red
+	r.Detail = map[string]string{"sandbox_id": ls.sandbox}
+	meta := map[string]string{"session_id": ls.id, "action": action}
+	var parts []capture.Part
+	for i, f := range in {
+		name := "input." + strconv.Itoa(i)
+		parts = append(parts, capture.Part{Name: name, ContentType: "application/octet-stream", Data: f.Content})
+		meta[name] = f.Path
+		r.Inputs = append(r.Inputs, audit.Output{Name: "files/" + f.Path, Size: int64(len(f.Content)), SHA256: audit.SHA256(f.Content)})
+	}
+	for i, f := range out {
+		name := "output." + strconv.Itoa(i)
+		parts = append(parts, capture.Part{Name: name, ContentType: "application/octet-stream", Data: f.Content})
+		meta[name] = f.Path
+		r.Outputs = append(r.Outputs, audit.Output{Name: "files/" + f.Path, Size: int64(len(f.Content)), SHA256: audit.SHA256(f.Content)})
+	}
+	capt := &capture.Capture{Kind: "session_files", Tenant: r.Tenant, KeyID: r.KeyID, RequestID: r.RequestID, Meta: meta, Parts: parts,
+		Retention: days(ls.profile.CaptureRetentionDays)}
+	if err := s.captures.Put(context.Background(), capt); err != nil {
+		requestLogger(c, s.log).Error("storing the session transfer's capture failed", "session_id", ls.id, "err", err)
+		r.Detail["capture_error"] = err.Error()
+	} else {
+		r.CaptureIDs = []string{capt.ID}
+	}
+	what := "the upload of files into session " + ls.id
+	if action == "file_get" {
+		what = "reading a file of session " + ls.id
+	}
+	return s.auditEvent(c, r, what)
 }
 
 // sessionGetFile serves GET /sessions/{id}/files/{path}: one file under
@@ -941,8 +991,12 @@ func (s *Server) sessionGetFile(c echo.Context) error {
 		return &Error{Status: http.StatusUnprocessableEntity, Code: CodeFileUnavailable, Message: fmt.Sprintf("/sandbox/%s is not returned: %s", path, reason)}
 	}
 	content := f.Content
+	var red map[string]int
 	if utf8.Valid(content) {
-		content, _ = s.execRedactor(ls.profile).Bytes(content)
+		content, red = s.execRedactor(ls.profile).Bytes(content)
+	}
+	if err := s.auditTransfer(c, ls, "file_get", nil, []jobproto.File{{Path: path, Content: content}}, red); err != nil {
+		return err
 	}
 	return c.JSON(http.StatusOK, OutFile{Path: path, Size: int64(len(content)), Mode: fmt.Sprintf("%04o", f.Mode), Content: base64.StdEncoding.EncodeToString(content)})
 }

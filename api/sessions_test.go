@@ -385,6 +385,15 @@ func TestSessionAuditTimeline(t *testing.T) {
 	if r := f.req(http.MethodPost, "/sessions/"+id+"/exec", keyAgent, `{"code":"x = 1"}`); r.code != 200 {
 		t.Fatalf("call: %d %s", r.code, r.raw)
 	}
+	// File transfers are data the code sees and the agent reads: each is
+	// a record and a capture, written before the answer.
+	data := []byte("region,total\nnorth,7\n")
+	if r := f.req(http.MethodPost, "/sessions/"+id+"/files", keyAgent, `{"files":[{"path":"in/sales.csv","content":"`+base64.StdEncoding.EncodeToString(data)+`"}]}`); r.code != 200 {
+		t.Fatalf("put: %d %s", r.code, r.raw)
+	}
+	if r := f.req(http.MethodGet, "/sessions/"+id+"/files/in/sales.csv", keyAgent, ""); r.code != 200 {
+		t.Fatalf("get: %d %s", r.code, r.raw)
+	}
 	if r := f.req(http.MethodDelete, "/sessions/"+id, keyAgent, ""); r.code != 200 {
 		t.Fatalf("delete: %d %s", r.code, r.raw)
 	}
@@ -393,10 +402,30 @@ func TestSessionAuditTimeline(t *testing.T) {
 	for _, rec := range p.Records {
 		got = append(got, rec.Kind+"/"+rec.Action)
 	}
-	if strings.Join(got, ",") != "session/end,exec/,session/start" {
+	if strings.Join(got, ",") != "session/end,session/file_get,session/files_put,exec/,session/start" {
 		t.Fatalf("the session's records, newest first: %v", got)
 	}
-	if p.Records[2].Subject != id || p.Records[2].ExecProfile == nil || p.Records[0].Message == "" {
+	if p.Records[4].Subject != id || p.Records[4].ExecProfile == nil || p.Records[0].Message == "" {
 		t.Fatalf("session records: %+v", p.Records)
+	}
+	want := audit.Output{Name: "files/in/sales.csv", Size: int64(len(data)), SHA256: audit.SHA256(data)}
+	put, get := p.Records[2], p.Records[1]
+	if put.Subject != id || put.Status != "ok" || len(put.Inputs) != 1 || put.Inputs[0] != want || len(put.Outputs) != 0 || len(put.CaptureIDs) != 1 {
+		t.Fatalf("files_put record: %+v", put)
+	}
+	if get.Subject != id || get.Status != "ok" || len(get.Outputs) != 1 || get.Outputs[0] != want || len(get.Inputs) != 0 || len(get.CaptureIDs) != 1 {
+		t.Fatalf("file_get record: %+v", get)
+	}
+	for _, c := range []struct {
+		rec  audit.Record
+		part string
+	}{{put, "input.0"}, {get, "output.0"}} {
+		capt, err := f.srv.captures.Get(context.Background(), c.rec.CaptureIDs[0])
+		if err != nil || capt.Kind != "session_files" || !bytes.Equal(capt.Part(c.part).Data, data) || capt.Meta[c.part] != "in/sales.csv" || capt.Meta["session_id"] != id {
+			t.Fatalf("%s capture: %v %+v", c.rec.Action, err, capt)
+		}
+	}
+	if rep, err := f.srv.Audit().Verify(context.Background()); err != nil || !rep.OK {
+		t.Fatalf("verify: %v %+v", err, rep)
 	}
 }

@@ -64,7 +64,9 @@ type Record struct {
 	ExitCode *int   `json:"exit_code,omitempty"`
 	// DurationsMS: queue, run, total (whatever applies).
 	DurationsMS map[string]int64 `json:"durations_ms,omitempty"`
-	// Outputs name what was returned, by size and sha256 (never content).
+	// Inputs name what the caller gave the code (input files, stdin), and
+	// Outputs what was returned, by size and sha256 (never content).
+	Inputs     []Output       `json:"inputs,omitempty"`
 	Outputs    []Output       `json:"outputs,omitempty"`
 	Redactions map[string]int `json:"redactions,omitempty"`
 	CaptureIDs []string       `json:"capture_ids,omitempty"`
@@ -87,9 +89,9 @@ type ProfileRef struct {
 	Version string `json:"version"`
 }
 
-// Output is one returned output.
+// Output is one input or returned output.
 type Output struct {
-	Name   string `json:"name"` // stdout, stderr, files/<path>, content
+	Name   string `json:"name"` // stdin, stdout, stderr, files/<path>, content
 	Size   int64  `json:"size"`
 	SHA256 string `json:"sha256"`
 }

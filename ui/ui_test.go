@@ -154,6 +154,7 @@ func newFixture(t *testing.T) *fixture {
 		CodeSHA256: strings.Repeat("ab", 32), Status: hostileAll, ExitCode: &exit, Message: hostileAll, Image: hostileAll,
 		ExecProfile: &audit.ProfileRef{Name: hostileAll, Version: hostileAll}, Hosts: []string{hostileAll},
 		Detail: map[string]string{hostileAll: hostileAll}, Redactions: map[string]int{hostileAll: 2},
+		Inputs:     []audit.Output{{Name: "files/in.csv", Size: 2048, SHA256: strings.Repeat("cd", 32)}, {Name: hostileAll, Size: 1, SHA256: hostileAll}},
 		Outputs:    []audit.Output{{Name: hostileAll, Size: 3, SHA256: hostileAll}},
 		CaptureIDs: []string{f.acmeExecCap}})
 	f.acmeFetch = add(&audit.Record{Kind: audit.KindFetch, Tenant: "acme", KeyID: "agent-1", Session: "sess-1", Subject: "fe_1", Status: "ok",
@@ -581,7 +582,7 @@ func TestEscaping(t *testing.T) {
 		}
 	}
 	body = f.get(c, "/ui/audit/"+f.acmeExec, 200)
-	for _, want := range []string{"&lt;/textarea&gt;&lt;script&gt;alert(3)&lt;/script&gt;", "⟨U&#43;202E⟩", "00000000  00 01 02 89 50 4e 47", "exit 1"} {
+	for _, want := range []string{"&lt;/textarea&gt;&lt;script&gt;alert(3)&lt;/script&gt;", "⟨U&#43;202E⟩", "00000000  00 01 02 89 50 4e 47", "exit 1", `id="inputs"`, "files/in.csv", strings.Repeat("cd", 32)} {
 		if !strings.Contains(body, want) {
 			t.Errorf("exec record page lacks %q", want)
 		}

@@ -379,7 +379,9 @@ func viewCapture(c *capture.Capture) *captureData {
 		d.Fetch = f
 	default:
 		for _, p := range c.Parts {
-			d.Other = append(d.Other, viewText(p.Name, p.Data))
+			v := viewText(p.Name, p.Data)
+			v.Path = c.Meta[p.Name] // a session transfer's file names
+			d.Other = append(d.Other, v)
 		}
 	}
 	return d
