@@ -45,14 +45,6 @@ import (
 	"github.com/sandboxd/sandboxd/runner"
 )
 
-// syncBuffer collects sandboxd's log lines: a logbuf.Buffer, kept under
-// this name (and lines for Records) for the fetch, reload and serve-helper
-// tests, which use it.
-type syncBuffer struct{ logbuf.Buffer }
-
-// lines returns the JSON log lines with message msg (never empty here).
-func (b *syncBuffer) lines(msg string) []map[string]any { return b.Records(msg) }
-
 // rendezvous is the loopback upstream the sandboxes may reach through the
 // proxy. Besides /hello it lets two sandboxes learn each other's address
 // (over the allowed path) so that each can then try the other directly.
@@ -114,7 +106,7 @@ type egressEnv struct {
 	base       string // http://127.0.0.1:port of the API
 	key        string
 	profiles   string
-	log        *syncBuffer
+	log        *logbuf.Buffer
 	instance   string
 	upPort     int
 	listenPort int // a host listener on all addresses
@@ -143,7 +135,7 @@ func startEgressServer(t *testing.T) *egressEnv {
 		t.Fatalf("the Docker engine and the sandbox image are needed (make image): %v", err)
 	}
 
-	e := &egressEnv{t: t, log: &syncBuffer{}, rv: newRendezvous(), accepted: make(chan string, 16), udpGot: make(chan string, 16)}
+	e := &egressEnv{t: t, log: &logbuf.Buffer{}, rv: newRendezvous(), accepted: make(chan string, 16), udpGot: make(chan string, 16)}
 	up := httptest.NewServer(e.rv)
 	t.Cleanup(up.Close)
 	e.upPort = up.Listener.Addr().(*net.TCPAddr).Port
@@ -215,7 +207,7 @@ func startEgressServer(t *testing.T) *egressEnv {
 		"other.sandboxd.test":  {"127.0.0.1"},
 	})
 	e.base = runServe(t, cfg, e.log, e.resolver, func() { e.checkTornDown(cli) })
-	if len(e.log.lines("egress network up")) != 1 {
+	if len(e.log.Records("egress network up")) != 1 {
 		t.Fatalf("the egress network is not up:\n%s", tail(e.log.String(), 30))
 	}
 	return e
@@ -354,7 +346,7 @@ def my_ip():
 
 func TestEgressSandboxes(t *testing.T) {
 	e := startEgressServer(t)
-	up := e.log.lines("egress network up")[0]
+	up := e.log.Records("egress network up")[0]
 	proxyAddr, _ := up["proxy"].(string)
 	gateway, proxyPort, _ := net.SplitHostPort(proxyAddr)
 
@@ -499,7 +491,7 @@ print(json.dumps(out))
 		// The decisions are logged under the run's exec id.
 		time.Sleep(100 * time.Millisecond)
 		var allowed, denied bool
-		for _, l := range e.log.lines("egress") {
+		for _, l := range e.log.Records("egress") {
 			if l["client"] != r.ID {
 				continue
 			}
@@ -661,7 +653,7 @@ print(json.dumps(out))
 		}
 		writeFile(t, file, edited)
 		v2 := e.waitVersion(t, "default", v1)
-		if lines := e.log.lines("profiles reloaded"); len(lines) == 0 {
+		if lines := e.log.Records("profiles reloaded"); len(lines) == 0 {
 			t.Error("no \"profiles reloaded\" log line")
 		} else if l := lines[len(lines)-1]; !strings.Contains(fmt.Sprint(l["changed"]), "exec/default") {
 			t.Errorf("reload line: %v", l)
@@ -679,7 +671,7 @@ print(json.dumps(out))
 
 		// SIGHUP reloads at once, even when the poll sees no change: the
 		// bad file is reported again.
-		n := len(e.log.lines("profile reload failed"))
+		n := len(e.log.Records("profile reload failed"))
 		if err := syscall.Kill(os.Getpid(), syscall.SIGHUP); err != nil {
 			t.Fatal(err)
 		}
@@ -728,7 +720,7 @@ func (e *egressEnv) waitLog(t *testing.T, msg string, n int) map[string]any {
 	t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
 	for {
-		if lines := e.log.lines(msg); len(lines) > n {
+		if lines := e.log.Records(msg); len(lines) > n {
 			return lines[len(lines)-1]
 		}
 		if time.Now().After(deadline) {

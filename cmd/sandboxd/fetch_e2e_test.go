@@ -32,6 +32,7 @@ import (
 	"github.com/sandboxd/sandboxd/api"
 	"github.com/sandboxd/sandboxd/audit"
 	"github.com/sandboxd/sandboxd/egress/egresstest"
+	"github.com/sandboxd/sandboxd/internal/logbuf"
 )
 
 type fetchEnv struct {
@@ -42,7 +43,7 @@ type fetchEnv struct {
 	sales  string // the sales dataset's directory
 	keys   string // the keys file
 	data   string
-	log    *syncBuffer
+	log    *logbuf.Buffer
 	upPort int
 }
 
@@ -63,7 +64,7 @@ func freePort(t *testing.T) int {
 
 func startFetchEnv(t *testing.T) *fetchEnv {
 	t.Helper()
-	e := &fetchEnv{t: t, log: &syncBuffer{}}
+	e := &fetchEnv{t: t, log: &logbuf.Buffer{}}
 	mux := http.NewServeMux()
 	mux.HandleFunc("/article", func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "text/html; charset=iso-8859-1")
@@ -249,7 +250,7 @@ func TestFetchEndToEnd(t *testing.T) {
 	if strings.Contains(e.log.String(), e2eToken) {
 		t.Fatalf("the token reached the log:\n%s", e.log.String())
 	}
-	if len(e.log.lines("egress")) < 4 {
+	if len(e.log.Records("egress")) < 4 {
 		t.Fatalf("want a decision line per hop:\n%s", tail(e.log.String(), 30))
 	}
 	// Metrics: fetches by outcome, decisions by profile, verdict and code.

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sandboxd/sandboxd/internal/logbuf"
 	"github.com/sandboxd/sandboxd/profiles"
 )
 
@@ -31,7 +32,7 @@ func TestReloader(t *testing.T) {
 	}
 	cur := &atomic.Pointer[profiles.Set]{}
 	cur.Store(set)
-	logs := &syncBuffer{}
+	logs := &logbuf.Buffer{}
 	applied := 0
 	r := newReloader(dir, cur, slog.New(slog.NewJSONHandler(logs, nil)), func(old, set *profiles.Set) { applied++ })
 
@@ -50,7 +51,7 @@ func TestReloader(t *testing.T) {
 	if v2 == v1 || applied != 1 {
 		t.Fatalf("version %s (was %s), applied %d", v2, v1, applied)
 	}
-	l := logs.lines("profiles reloaded")
+	l := logs.Records("profiles reloaded")
 	if len(l) != 1 || !strings.Contains(strings.Join(toStrings(l[0]["changed"]), ","), "exec/default") ||
 		l[0]["exec_versions"].(map[string]any)["default"] != v2[:12] {
 		t.Errorf("reload line %v", l)
@@ -65,13 +66,13 @@ func TestReloader(t *testing.T) {
 	if got := cur.Load().Exec["default"].Version; got != v2 {
 		t.Fatalf("version after a bad edit %s, want the last good %s", got, v2)
 	}
-	failed := logs.lines("profile reload failed")
+	failed := logs.Records("profile reload failed")
 	if len(failed) != 1 || failed[0]["file"] != file || failed[0]["line"] != float64(5) || !strings.Contains(failed[0]["err"].(string), "timeout_ms") {
 		t.Fatalf("failure lines %v", failed)
 	}
 	// SIGHUP forces a reload: the bad file is reported again.
 	r.reload("SIGHUP", true)
-	if n := len(logs.lines("profile reload failed")); n != 2 {
+	if n := len(logs.Records("profile reload failed")); n != 2 {
 		t.Fatalf("%d failure lines after SIGHUP, want 2", n)
 	}
 	if applied != 1 {

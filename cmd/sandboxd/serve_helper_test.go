@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/sandboxd/sandboxd/egress"
+	"github.com/sandboxd/sandboxd/internal/logbuf"
 )
 
 // runServe runs sandboxd in-process (serveWith) with cfg, its JSON log in
@@ -14,7 +15,7 @@ import (
 // URL once it listens. At the end of the test it stops it (as SIGTERM
 // would), requires a clean exit, runs afterStop (teardown checks) and, if
 // the test failed, prints the log's tail.
-func runServe(t *testing.T, cfg *serveConfig, logs *syncBuffer, resolver egress.Resolver, afterStop func()) string {
+func runServe(t *testing.T, cfg *serveConfig, logs *logbuf.Buffer, resolver egress.Resolver, afterStop func()) string {
 	t.Helper()
 	listening := make(chan string, 1)
 	stop := make(chan struct{})

@@ -1,9 +1,7 @@
 package approval_test
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"log/slog"
 	"slices"
@@ -15,6 +13,7 @@ import (
 	"github.com/sandboxd/sandboxd/egress"
 	"github.com/sandboxd/sandboxd/egress/approval"
 	"github.com/sandboxd/sandboxd/egress/egresstest"
+	"github.com/sandboxd/sandboxd/internal/logbuf"
 	"github.com/sandboxd/sandboxd/store"
 )
 
@@ -36,26 +35,14 @@ func (c *clock) Add(d time.Duration) {
 }
 
 type env struct {
-	t     *testing.T
-	st    *store.SQLite
-	svc   *approval.Service
-	clk   *clock
-	res   *egresstest.Resolver
-	c     *egress.Checker
-	p     *egress.Profile
-	logs  *bytes.Buffer
-	logMu *sync.Mutex
-}
-
-type lockedWriter struct {
-	mu *sync.Mutex
-	b  *bytes.Buffer
-}
-
-func (w lockedWriter) Write(p []byte) (int, error) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return w.b.Write(p)
+	t    *testing.T
+	st   *store.SQLite
+	svc  *approval.Service
+	clk  *clock
+	res  *egresstest.Resolver
+	c    *egress.Checker
+	p    *egress.Profile
+	logs *logbuf.Buffer
 }
 
 func newEnv(t *testing.T, mode egress.Mode) *env {
@@ -65,8 +52,8 @@ func newEnv(t *testing.T, mode egress.Mode) *env {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { st.Close() })
-	e := &env{t: t, st: st, clk: &clock{t: time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)}, logs: &bytes.Buffer{}, logMu: &sync.Mutex{}}
-	log := slog.New(slog.NewJSONHandler(lockedWriter{e.logMu, e.logs}, nil))
+	e := &env{t: t, st: st, clk: &clock{t: time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)}, logs: &logbuf.Buffer{}}
+	log := slog.New(slog.NewJSONHandler(e.logs, nil))
 	e.svc = approval.New(approval.Config{Store: st, Log: log, Now: e.clk.Now})
 	e.svc.SetIdentify(func(client string) (string, string, bool) {
 		if client == "ex_1" {
@@ -105,18 +92,7 @@ func (e *env) approve(id, ttl string) {
 	}
 }
 
-func (e *env) logLines(msg string) []map[string]any {
-	e.logMu.Lock()
-	defer e.logMu.Unlock()
-	var out []map[string]any
-	for _, line := range strings.Split(strings.TrimSpace(e.logs.String()), "\n") {
-		var m map[string]any
-		if json.Unmarshal([]byte(line), &m) == nil && m["msg"] == msg {
-			out = append(out, m)
-		}
-	}
-	return out
-}
+func (e *env) logLines(msg string) []map[string]any { return e.logs.Records(msg) }
 
 func TestPendingApprovedExpired(t *testing.T) {
 	e := newEnv(t, egress.ModeApprove)
