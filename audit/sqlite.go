@@ -35,6 +35,9 @@ type Log interface {
 	Get(ctx context.Context, id string) (*Record, error)
 	// Verify walks the whole chain and reports the first break.
 	Verify(ctx context.Context) (*Report, error)
+	// Head returns the last record's sequence number and hash, to be kept
+	// elsewhere as an Anchor.
+	Head(ctx context.Context) (Anchor, error)
 	Close() error
 }
 
@@ -458,6 +461,8 @@ type Report struct {
 	// detect truncation of the tail).
 	HeadSeq  int64  `json:"head_seq"`
 	HeadHash string `json:"head_hash"`
+	// Anchors is how many anchors were checked (CheckAnchors).
+	Anchors int `json:"anchors,omitempty"`
 	// OK is false at the first break, which BreakSeq and Problem describe.
 	OK       bool   `json:"ok"`
 	BreakSeq int64  `json:"break_seq,omitempty"`

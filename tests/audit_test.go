@@ -2,10 +2,12 @@ package tests
 
 import (
 	"context"
+	"database/sql"
 	"encoding/json"
 	"fmt"
 	"net/http"
 	osexec "os/exec"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -99,5 +101,50 @@ func TestAuditSurvivesSIGKILLUnderLoad(t *testing.T) {
 	out, err = osexec.Command(sandboxdBin, "audit", "verify", "--data-dir", s.dataDir).CombinedOutput()
 	if err != nil {
 		t.Fatalf("audit verify after restart: %v\n%s", err, out)
+	}
+
+	// A clean stop logs the head as an anchor, which catches what the
+	// chain alone cannot: records cut from the end.
+	s.stop()
+	heads := s.log.Records("audit head")
+	if len(heads) == 0 {
+		t.Fatalf("no \"audit head\" line at shutdown:\n%s", s.log.Tail(20))
+	}
+	anchor, _ := heads[len(heads)-1]["anchor"].(string)
+	out, err = osexec.Command(sandboxdBin, "audit", "verify", "--data-dir", s.dataDir, "--anchor", anchor).CombinedOutput()
+	if err != nil || !strings.Contains(string(out), `"anchors": 1`) {
+		t.Fatalf("audit verify --anchor %s: %v\n%s", anchor, err, out)
+	}
+	l, err = audit.Open(s.dataDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	head, err := l.Head(context.Background())
+	l.Close()
+	if err != nil || head.String() != anchor {
+		t.Fatalf("the logged anchor %s is not the log's head %s (%v)", anchor, head, err)
+	}
+	cutTail(t, s.dataDir, head.Seq)
+	out, err = osexec.Command(sandboxdBin, "audit", "verify", "--data-dir", s.dataDir).CombinedOutput()
+	if err != nil {
+		t.Fatalf("after cutting the last record the chain alone still verifies, but verify failed: %v\n%s", err, out)
+	}
+	out, err = osexec.Command(sandboxdBin, "audit", "verify", "--data-dir", s.dataDir, "--anchor", anchor).CombinedOutput()
+	if err == nil || !strings.Contains(string(out), "cut from the end") {
+		t.Fatalf("audit verify --anchor after cutting the last record: %v\n%s", err, out)
+	}
+}
+
+// cutTail deletes the audit log's record seq, the last, as someone with
+// the file could.
+func cutTail(t *testing.T, dataDir string, seq int64) {
+	t.Helper()
+	db, err := sql.Open("sqlite", filepath.Join(dataDir, audit.FileName))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	if _, err := db.Exec(`DELETE FROM records WHERE seq = ?`, seq); err != nil {
+		t.Fatal(err)
 	}
 }

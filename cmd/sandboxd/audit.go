@@ -12,18 +12,35 @@ import (
 	"github.com/sandboxd/sandboxd/audit"
 )
 
-// auditCmd runs "sandboxd audit verify --data-dir DIR": it walks the audit
-// log's hash chain and exits 1 at the first break (0: intact), printing a
-// JSON report. It reads while sandboxd runs (SQLite WAL).
+const auditUsage = "usage: sandboxd audit verify --data-dir DIR [--anchor SEQ:HASH]...\n"
+
+// auditCmd runs "sandboxd audit verify --data-dir DIR [--anchor SEQ:HASH]":
+// it walks the audit log's hash chain, checks each anchor (a record's hash
+// kept elsewhere, such as the "audit head" lines of sandboxd's log), and
+// exits 1 at the first break (0: intact), printing a JSON report. It reads
+// while sandboxd runs (SQLite WAL).
 func auditCmd(args []string, stdout, stderr io.Writer) int {
 	if len(args) == 0 || args[0] != "verify" {
-		fmt.Fprint(stderr, "usage: sandboxd audit verify --data-dir DIR\n")
+		fmt.Fprint(stderr, auditUsage)
 		return 2
 	}
 	fs := flag.NewFlagSet("audit verify", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	dir := fs.String("data-dir", envDefault("DATA_DIR", "./data"), "sandboxd's data directory (env SANDBOXD_DATA_DIR)")
+	var anchors []audit.Anchor
+	fs.Func("anchor", "SEQ:HASH of a record kept outside the log (the \"audit head\" log line's anchor); the record must be there with that hash. Repeatable", func(v string) error {
+		a, err := audit.ParseAnchor(v)
+		if err != nil {
+			return err
+		}
+		anchors = append(anchors, a)
+		return nil
+	})
 	if err := fs.Parse(args[1:]); err != nil {
+		return 2
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(stderr, "sandboxd audit verify: unexpected argument %q\n%s", fs.Arg(0), auditUsage)
 		return 2
 	}
 	if _, err := os.Stat(filepath.Join(*dir, audit.FileName)); err != nil {
@@ -37,6 +54,9 @@ func auditCmd(args []string, stdout, stderr io.Writer) int {
 	}
 	defer l.Close()
 	rep, err := l.Verify(context.Background())
+	if err == nil {
+		err = l.CheckAnchors(context.Background(), rep, anchors...)
+	}
 	if err != nil {
 		fmt.Fprintln(stderr, "sandboxd audit verify:", err)
 		return 1

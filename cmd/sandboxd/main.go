@@ -121,6 +121,9 @@ type serveConfig struct {
 	// often expired captures are swept.
 	captureKeyFile string
 	retentionEvery time.Duration
+	// anchorEvery is how often the audit head is logged (0: only at
+	// shutdown).
+	anchorEvery time.Duration
 	// hooks are for tests; nil in the real command.
 	hooks *serveHooks
 }
@@ -193,6 +196,7 @@ func parseServe(args []string, stderr io.Writer) (*serveConfig, error) {
 	fs.DurationVar(&c.profilesPoll, "profiles-poll", envDuration("PROFILES_POLL", 3*time.Second), "how often the profiles dir is checked for changed files, which are then reloaded (SIGHUP reloads at once); 0 turns polling off (env SANDBOXD_PROFILES_POLL)")
 	fs.IntVar(&c.egressPort, "egress-port", envInt("EGRESS_PORT", 3128), "port of the egress proxy on the egress network's gateway, for exec profiles with network egress; 0 picks a free one (env SANDBOXD_EGRESS_PORT)")
 	fs.StringVar(&c.captureKeyFile, "capture-key-file", envDefault("CAPTURE_KEY_FILE", ""), "file with a 32-byte key (hex or base64, mode 0600) that encrypts captures at rest with AES-256-GCM; empty: unencrypted (env SANDBOXD_CAPTURE_KEY_FILE)")
+	fs.DurationVar(&c.anchorEvery, "audit-anchor-interval", envDuration("AUDIT_ANCHOR_INTERVAL", time.Minute), "how often the audit log's head is logged as \"audit head\" (seq, hash, anchor) when it moved, to keep outside the log for `sandboxd audit verify --anchor`; 0: only at shutdown (env SANDBOXD_AUDIT_ANCHOR_INTERVAL)")
 	fs.DurationVar(&c.retentionEvery, "retention-interval", envDuration("RETENTION_INTERVAL", time.Hour), "how often captures past their profile's capture_retention_days are deleted (each deletion is audited) (env SANDBOXD_RETENTION_INTERVAL)")
 	addControlFlags(fs, &c.ctl)
 	if err := fs.Parse(args); err != nil {
@@ -212,6 +216,9 @@ func parseServe(args []string, stderr io.Writer) (*serveConfig, error) {
 	}
 	if c.retentionEvery <= 0 {
 		return nil, errors.New("--retention-interval must be a positive duration")
+	}
+	if c.anchorEvery < 0 {
+		return nil, errors.New("--audit-anchor-interval must be 0 (only at shutdown) or a positive duration")
 	}
 	if c.profilesPoll < 0 {
 		return nil, errors.New("--profiles-poll must be 0 (off) or a positive duration")
@@ -405,6 +412,7 @@ func serveWith(cfg *serveConfig, log *slog.Logger, console io.Writer) error {
 	sweepCtx, stopSweep := context.WithCancel(context.Background())
 	defer stopSweep()
 	go sweepLoop(sweepCtx, srv, cfg.retentionEvery, log)
+	go anchorLoop(sweepCtx, auditLog, cfg.anchorEvery, log)
 
 	serveErr := make(chan error, 1)
 	go func() { serveErr <- hs.Serve(ln) }()
@@ -444,6 +452,8 @@ func serveWith(cfg *serveConfig, log *slog.Logger, console io.Writer) error {
 	}
 	_ = srv.Close()
 	_ = hs.Shutdown(killCtx)
+	// The last record this process wrote, for anchoring elsewhere.
+	logAuditHead(context.Background(), auditLog, log)
 	err = eng.Close(killCtx)
 	engClosed = err == nil
 	if err != nil {
@@ -472,6 +482,46 @@ func sweepLoop(ctx context.Context, srv *api.Server, every time.Duration, log *s
 		case <-t.C:
 		}
 	}
+}
+
+// anchorLoop logs the audit log's head ("audit head": seq, hash and the
+// anchor SEQ:HASH) every interval when it moved, so that a log shipped
+// elsewhere holds anchors for `sandboxd audit verify --anchor`: the chain
+// alone cannot show records cut from its end.
+func anchorLoop(ctx context.Context, l audit.Log, every time.Duration, log *slog.Logger) {
+	if every <= 0 {
+		return
+	}
+	t := time.NewTicker(every)
+	defer t.Stop()
+	var last audit.Anchor
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		if h := logAuditHead(ctx, l, log, last); h.Seq != 0 {
+			last = h
+		}
+	}
+}
+
+// logAuditHead logs the head unless it is skip (or the log is empty) and
+// returns it.
+func logAuditHead(ctx context.Context, l audit.Log, log *slog.Logger, skip ...audit.Anchor) audit.Anchor {
+	h, err := l.Head(ctx)
+	if err != nil {
+		if ctx.Err() == nil {
+			log.Error("reading the audit head failed", "err", err)
+		}
+		return audit.Anchor{}
+	}
+	if h.Seq == 0 || (len(skip) > 0 && h == skip[0]) {
+		return h
+	}
+	log.Info("audit head", "seq", h.Seq, "hash", h.Hash, "anchor", h.String())
+	return h
 }
 
 func loadKeys(path string, log *slog.Logger, console io.Writer) (*auth.Keyring, error) {
