@@ -169,3 +169,18 @@ func TestAuditFailureWithholdsASessionFile(t *testing.T) {
 		t.Fatalf("put with a failing audit log: %d %s", r.code, r.raw)
 	}
 }
+
+// A capture whose read cannot be recorded is not sent.
+func TestAuditFailureWithholdsACapture(t *testing.T) {
+	f := newCtl(t, "", 0)
+	f.exec(`{"language":"python","code":"print('kept back')"}`)
+	capID := auditPage(t, f.req(http.MethodGet, "/audit?kind=exec", keyRev, "")).Records[0].CaptureIDs[0]
+	real := f.srv.audit
+	f.srv.audit = failingLog{real}
+	defer func() { f.srv.audit = real }()
+	for _, p := range []string{"/captures/" + capID, "/captures/" + capID + "/raw?part=code"} {
+		if r := f.req(http.MethodGet, p, keyRev, ""); r.code != 503 || r.errCode() != CodeAuditUnavailable || strings.Contains(string(r.raw), "kept back") {
+			t.Errorf("GET %s with a failing audit log: %d %s", p, r.code, r.raw)
+		}
+	}
+}

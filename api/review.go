@@ -203,9 +203,38 @@ func (s *Server) listCaptures(c echo.Context) error {
 	return c.JSON(http.StatusOK, CapturePage{Captures: list, NextCursor: next})
 }
 
+// auditRead appends a capture_read record before a capture's content is
+// sent: who read it (key, and the reader's tenant when an admin reads
+// another's), which capture (subject) and how. The record is the
+// capture's tenant's, and names the capture as its subject only, so that
+// opening it shows no content. A failed append withholds the content.
+func (s *Server) auditRead(c echo.Context, capt *capture.Capture, action, part string) error {
+	r := metaOf(c).record(audit.KindCaptureRead)
+	reader := r.Tenant
+	r.Tenant, r.Subject, r.Action, r.Status = capt.Tenant, capt.ID, action, "ok"
+	r.Detail = map[string]string{"kind": capt.Kind, "via": "api"}
+	if part != "" {
+		r.Detail["part"] = part
+	}
+	if reader != capt.Tenant {
+		r.Detail["reader_tenant"] = reader
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := s.audit.Append(ctx, r); err != nil {
+		requestLogger(c, s.log).Error("writing a capture read's audit record failed; the content is withheld", "capture_id", capt.ID, "err", err)
+		return &Error{Status: http.StatusServiceUnavailable, Code: CodeAuditUnavailable,
+			Message: fmt.Sprintf("capture %s is not sent: reading it could not be recorded in the audit log; the operator must repair the audit log", capt.ID)}
+	}
+	return nil
+}
+
 func (s *Server) getCapture(c echo.Context) error {
 	capt, err := s.visibleCapture(c)
 	if err != nil {
+		return err
+	}
+	if err := s.auditRead(c, capt, "view", ""); err != nil {
 		return err
 	}
 	v := CaptureView{Capture: capt, Text: map[string]string{}}
@@ -243,6 +272,9 @@ func (s *Server) rawCapture(c echo.Context) error {
 	}
 	if capt.Erased != nil {
 		return &Error{Status: http.StatusGone, Code: "ERASED", Message: fmt.Sprintf("capture %s was erased at %s by %s", capt.ID, capt.Erased.At.Format(time.RFC3339), capt.Erased.By)}
+	}
+	if err := s.auditRead(c, capt, "raw", p.Name); err != nil {
+		return err
 	}
 	h := c.Response().Header()
 	h.Set("Content-Disposition", fmt.Sprintf(`attachment; filename="%s-%s.bin"`, capt.ID, p.Name))

@@ -80,8 +80,17 @@ func TestCaptureRoutes(t *testing.T) {
 	for _, rec := range a.Records {
 		kinds = append(kinds, rec.Kind+"/"+rec.Action)
 	}
-	if strings.Join(kinds, ",") != "capture_erase/,capture_hold/release,capture_hold/hold" {
+	// Every read of its content is a record too (the reviewer's two views
+	// and download, the admin's view), written before the content went out.
+	if strings.Join(kinds, ",") != "capture_erase/,capture_hold/release,capture_hold/hold,capture_read/raw,capture_read/view,capture_read/view,capture_read/view" {
 		t.Fatalf("audit of the capture: %v", kinds)
+	}
+	raw0, byAdmin := a.Records[3], a.Records[5]
+	if raw0.Tenant != "acme" || raw0.KeyID != "rev-1" || raw0.Detail["part"] != "code" || raw0.Detail["reader_tenant"] != "" || len(raw0.CaptureIDs) != 0 {
+		t.Fatalf("the reviewer's download record: %+v", raw0)
+	}
+	if byAdmin.Tenant != "acme" || byAdmin.KeyID != "ops-1" || byAdmin.Detail["reader_tenant"] != "ops" {
+		t.Fatalf("the admin's read of another tenant's capture: %+v", byAdmin)
 	}
 
 	// Retention: a second exec's capture expires after the profile's 30 days.

@@ -31,8 +31,9 @@ const (
 	KindCaptureDelete = "capture_delete" // retention sweeper
 	KindCaptureErase  = "capture_erase"  // erasure request (tombstone)
 	KindCaptureHold   = "capture_hold"
-	KindAdmin         = "admin"   // freeze, unfreeze, approval decisions
-	KindSession       = "session" // a stateful session started or ended (its calls are exec records)
+	KindCaptureRead   = "capture_read" // a reviewer read a capture's content (API or review page)
+	KindAdmin         = "admin"        // freeze, unfreeze, approval decisions
+	KindSession       = "session"      // a stateful session started or ended, or a file transfer of one (its calls are exec records)
 )
 
 // Record is one audit record. The API fills what it knows; Append sets Seq,

@@ -7,6 +7,7 @@ import (
 	"compress/zlib"
 	"context"
 	"crypto/tls"
+	"errors"
 	"fmt"
 	"html"
 	"io"
@@ -16,6 +17,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -792,5 +794,69 @@ func TestVisible(t *testing.T) {
 		if got := visible(in); got != want {
 			t.Errorf("visible(%q) = %q, want %q", in, got, want)
 		}
+	}
+}
+
+// reads returns the capture_read records of capture id, oldest first.
+func (f *fixture) reads(id string) []audit.Record {
+	f.t.Helper()
+	recs, _, err := f.log.Query(context.Background(), audit.Filter{Kind: audit.KindCaptureRead, Subject: id})
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	slices.Reverse(recs)
+	return recs
+}
+
+// failingAudit refuses every append.
+type failingAudit struct{ audit.Log }
+
+func (failingAudit) Append(context.Context, *audit.Record) error { return errors.New("disk full") }
+
+// Every page that shows a capture's content, and every download, appends a
+// capture_read record first (who, which capture, how); when it cannot, the
+// content is not shown.
+func TestCaptureReadsAreAudited(t *testing.T) {
+	f := newFixture(t)
+	rev := f.signIn(keyRev)
+	f.get(rev, "/ui/audit", 200)
+	if n := len(f.reads(f.acmeExecCap)); n != 0 {
+		t.Fatalf("the audit list, which shows no capture, recorded %d reads", n)
+	}
+	f.get(rev, "/ui/captures/"+f.acmeExecCap, 200)
+	f.get(rev, "/ui/captures/"+f.acmeExecCap+"/part?name=code", 200)
+	f.get(rev, "/ui/audit/"+f.acmeExec, 200) // the record page shows its capture
+	f.get(rev, "/ui/captures/"+f.otherCap, http.StatusNotFound)
+	adm := f.signIn(keyAdmin)
+	f.get(adm, "/ui/captures/"+f.acmeExecCap, 200)
+
+	got := f.reads(f.acmeExecCap)
+	var acts []string
+	for _, r := range got {
+		acts = append(acts, r.KeyID+"/"+r.Action+"/"+r.Detail["part"])
+		if r.Tenant != "acme" || r.Status != "ok" || r.Detail["via"] != "ui" || r.Detail["kind"] != "exec" || len(r.CaptureIDs) != 0 {
+			t.Errorf("read record %+v", r)
+		}
+	}
+	if strings.Join(acts, ",") != "rev-1/view/,rev-1/download/code,rev-1/view/,ops-1/view/" {
+		t.Fatalf("capture_read records: %v", acts)
+	}
+	if got[3].Detail["reader_tenant"] != "ops" || got[0].Detail["reader_tenant"] != "" {
+		t.Errorf("reader_tenant: admin's %q, reviewer's %q", got[3].Detail["reader_tenant"], got[0].Detail["reader_tenant"])
+	}
+	if n := len(f.reads(f.otherCap)); n != 0 {
+		t.Errorf("a refused read was recorded as a read: %d", n)
+	}
+
+	f.h = New(Config{Audit: failingAudit{f.log}, Captures: f.caps, Keys: keyring(t), Now: f.clock.now, Origins: []string{origin}})
+	rev = f.signIn(keyRev)
+	code := string(mustPart(t, f, f.acmeExecCap, "code"))
+	for _, p := range []string{"/ui/captures/" + f.acmeExecCap, "/ui/captures/" + f.acmeExecCap + "/part?name=code"} {
+		if b := f.get(rev, p, http.StatusServiceUnavailable); strings.Contains(b, "print(") || strings.Contains(b, code) {
+			t.Errorf("%s showed the capture although its read could not be recorded", p)
+		}
+	}
+	if b := f.get(rev, "/ui/audit/"+f.acmeExec, 200); strings.Contains(b, "print(") || !strings.Contains(b, "could not be recorded") {
+		t.Errorf("the record page showed the capture although its read could not be recorded")
 	}
 }

@@ -2,6 +2,7 @@ package ui
 
 import (
 	"cmp"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -39,7 +40,7 @@ type auditData struct {
 }
 
 var kinds = []string{audit.KindExec, audit.KindFetch, audit.KindProfileReload, audit.KindKeysReload,
-	audit.KindCaptureErase, audit.KindCaptureHold, audit.KindCaptureDelete, audit.KindAdmin, audit.KindSession}
+	audit.KindCaptureErase, audit.KindCaptureHold, audit.KindCaptureDelete, audit.KindCaptureRead, audit.KindAdmin, audit.KindSession}
 
 var (
 	sha256Pattern = regexp.MustCompile(`^[0-9a-fA-F]{64}$`)
@@ -222,6 +223,40 @@ func (h *handler) visibleCapture(r *http.Request, s *session, id string) (*captu
 	return c, nil
 }
 
+// readCapture loads a capture the session may see and appends its
+// capture_read record (action view, or download with the part) before any
+// of its content is shown, as the JSON API does; when the record cannot be
+// written the content is not shown.
+func (h *handler) readCapture(r *http.Request, s *session, id, action, part string) (*capture.Capture, error) {
+	c, err := h.visibleCapture(r, s, id)
+	if err != nil {
+		return nil, err
+	}
+	if err := h.recordRead(r, s, c, action, part); err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+// recordRead appends the capture_read record of c (see readCapture).
+func (h *handler) recordRead(r *http.Request, s *session, c *capture.Capture, action, part string) error {
+	rec := &audit.Record{Kind: audit.KindCaptureRead, Tenant: c.Tenant, KeyID: s.KeyID, Subject: c.ID, Action: action, Status: "ok",
+		Detail: map[string]string{"kind": c.Kind, "via": "ui"}}
+	if part != "" {
+		rec.Detail["part"] = part
+	}
+	if s.Tenant != c.Tenant {
+		rec.Detail["reader_tenant"] = s.Tenant
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), 30*time.Second)
+	defer cancel()
+	if err := h.cfg.Audit.Append(ctx, rec); err != nil {
+		h.log.Error("writing a capture read's audit record failed; the capture is not shown", "capture_id", c.ID, "err", err)
+		return &userError{status: http.StatusServiceUnavailable, msg: fmt.Sprintf("Capture %s is not shown: reading it could not be recorded in the audit log.", c.ID)}
+	}
+	return nil
+}
+
 func (h *handler) showError(w http.ResponseWriter, r *http.Request, s *session, err error) {
 	var ue *userError
 	if errors.As(err, &ue) {
@@ -239,7 +274,7 @@ func (h *handler) auditRecord(w http.ResponseWriter, r *http.Request, s *session
 	}
 	d := recordData{R: rec}
 	for _, id := range rec.CaptureIDs {
-		c, err := h.visibleCapture(r, s, id)
+		c, err := h.readCapture(r, s, id, "view", "")
 		if err != nil {
 			d.Missing = append(d.Missing, err.Error())
 			continue
@@ -252,7 +287,7 @@ func (h *handler) auditRecord(w http.ResponseWriter, r *http.Request, s *session
 // ---- captures ----
 
 func (h *handler) captureView(w http.ResponseWriter, r *http.Request, s *session) {
-	c, err := h.visibleCapture(r, s, r.PathValue("id"))
+	c, err := h.readCapture(r, s, r.PathValue("id"), "view", "")
 	if err != nil {
 		h.showError(w, r, s, err)
 		return
@@ -289,6 +324,10 @@ func (h *handler) capturePart(w http.ResponseWriter, r *http.Request, s *session
 	}
 	if c.Erased != nil {
 		h.fail(w, r, s, http.StatusGone, fmt.Sprintf("Capture %s was erased at %s by %s.", c.ID, c.Erased.At.UTC().Format(time.RFC3339), c.Erased.By))
+		return
+	}
+	if err := h.recordRead(r, s, c, "download", p.Name); err != nil {
+		h.showError(w, r, s, err)
 		return
 	}
 	hd := w.Header()
