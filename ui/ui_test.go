@@ -584,7 +584,7 @@ func TestEscaping(t *testing.T) {
 		}
 	}
 	body = f.get(c, "/ui/audit/"+f.acmeExec, 200)
-	for _, want := range []string{"&lt;/textarea&gt;&lt;script&gt;alert(3)&lt;/script&gt;", "⟨U&#43;202E⟩", "00000000  00 01 02 89 50 4e 47", "exit 1", `id="inputs"`, "files/in.csv", strings.Repeat("cd", 32)} {
+	for _, want := range []string{"&lt;/textarea&gt;&lt;script&gt;alert(3)&lt;/script&gt;", "⟨U&#43;202E⟩", "00000000  00 01 02 89 50 4e 47", "exit 1", `id="digests"`, "<td>in</td><td class=\"mono\">files/in.csv", strings.Repeat("cd", 32)} {
 		if !strings.Contains(body, want) {
 			t.Errorf("exec record page lacks %q", want)
 		}
