@@ -691,3 +691,26 @@ func abstractTargets(hl *hostListener) []string {
 	}
 	return out
 }
+
+// wallAfterStart is the request's wall time less the phases before the code
+// ran that its Server-Timing header names (queue: a run slot; sandbox: a
+// warm one, or a cold one created and started, which a loaded engine may
+// take seconds for): how long sandboxd took from the run to the answer.
+// Without the header (a session call) it is the whole wall time.
+func (x *run) wallAfterStart() time.Duration {
+	w := x.res.Wall
+	for _, m := range strings.Split(x.res.Header.Get("Server-Timing"), ",") {
+		fields := strings.Split(strings.TrimSpace(m), ";")
+		if fields[0] != "queue" && fields[0] != "sandbox" {
+			continue
+		}
+		for _, f := range fields[1:] {
+			if v, ok := strings.CutPrefix(f, "dur="); ok {
+				if ms, err := strconv.ParseFloat(v, 64); err == nil {
+					w -= time.Duration(ms * float64(time.Millisecond))
+				}
+			}
+		}
+	}
+	return w
+}
