@@ -81,10 +81,7 @@ func (s *Server) auditExec(j *execJob, a *answer) *answer {
 		r.Inputs = append(r.Inputs, audit.Output{Name: "stdin", Size: int64(len(spec.Job.Stdin)), SHA256: audit.SHA256(spec.Job.Stdin)})
 	}
 	for i, f := range spec.Job.Files {
-		name := "input." + strconv.Itoa(i)
-		parts = append(parts, capture.Part{Name: name, ContentType: "application/octet-stream", Data: f.Content})
-		meta[name] = f.Path
-		r.Inputs = append(r.Inputs, audit.Output{Name: "files/" + f.Path, Size: int64(len(f.Content)), SHA256: audit.SHA256(f.Content)})
+		r.Inputs = append(r.Inputs, keepFile(&parts, meta, "input", i, f.Path, f.Content))
 	}
 	switch {
 	case a.resp != nil:
@@ -108,10 +105,7 @@ func (s *Server) auditExec(j *execJob, a *answer) *answer {
 			audit.Output{Name: "stderr", Size: int64(len(errb)), SHA256: audit.SHA256(errb)})
 		for i, f := range resp.Files {
 			data, _ := base64.StdEncoding.DecodeString(f.Content)
-			name := "output." + strconv.Itoa(i)
-			parts = append(parts, capture.Part{Name: name, ContentType: "application/octet-stream", Data: data})
-			meta[name] = f.Path
-			r.Outputs = append(r.Outputs, audit.Output{Name: "files/" + f.Path, Size: int64(len(data)), SHA256: audit.SHA256(data)})
+			r.Outputs = append(r.Outputs, keepFile(&parts, meta, "output", i, f.Path, data))
 		}
 		if resp.Message != "" {
 			r.Message = resp.Message
@@ -166,6 +160,15 @@ func (s *Server) auditExec(j *execJob, a *answer) *answer {
 	began = time.Now()
 	defer func() { j.timing.audit = time.Since(began) }()
 	return s.appendAudit(r, a, "the exec "+j.id)
+}
+
+// keepFile adds a file to a capture, as part prefix.i with its path in
+// meta, and returns its digest for the audit record (files/<path>).
+func keepFile(parts *[]capture.Part, meta map[string]string, prefix string, i int, path string, data []byte) audit.Output {
+	name := prefix + "." + strconv.Itoa(i)
+	*parts = append(*parts, capture.Part{Name: name, ContentType: "application/octet-stream", Data: data})
+	meta[name] = path
+	return audit.Output{Name: "files/" + path, Size: int64(len(data)), SHA256: audit.SHA256(data)}
 }
 
 func outputBytes(text, b64 string) []byte {

@@ -203,22 +203,13 @@ func (s *Server) listCaptures(c echo.Context) error {
 	return c.JSON(http.StatusOK, CapturePage{Captures: list, NextCursor: next})
 }
 
-// auditRead appends a capture_read record before a capture's content is
-// sent: who read it (key, and the reader's tenant when an admin reads
-// another's), which capture (subject) and how. The record is the
-// capture's tenant's, and names the capture as its subject only, so that
-// opening it shows no content. A failed append withholds the content.
+// auditRead appends a capture_read record (audit.CaptureRead) before a
+// capture's content is sent; a failed append withholds the content.
 func (s *Server) auditRead(c echo.Context, capt *capture.Capture, action, part string) error {
-	r := metaOf(c).record(audit.KindCaptureRead)
-	reader := r.Tenant
-	r.Tenant, r.Subject, r.Action, r.Status = capt.Tenant, capt.ID, action, "ok"
-	r.Detail = map[string]string{"kind": capt.Kind, "via": "api"}
-	if part != "" {
-		r.Detail["part"] = part
-	}
-	if reader != capt.Tenant {
-		r.Detail["reader_tenant"] = reader
-	}
+	m := metaOf(c)
+	r := audit.CaptureRead{CaptureID: capt.ID, CaptureTenant: capt.Tenant, CaptureKind: capt.Kind, KeyID: m.keyID, ReaderTenant: m.tenant,
+		Via: "api", Action: action, Part: part}.Record()
+	r.RequestID, r.TraceID = m.requestID, m.traceID
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	if err := s.audit.Append(ctx, r); err != nil {

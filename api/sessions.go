@@ -10,6 +10,7 @@ package api
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"crypto/rand"
 	"crypto/sha256"
@@ -261,6 +262,12 @@ type liveSession struct {
 	usage     SessionUsage
 }
 
+// auditSession is the session its own records (start, end, file
+// transfers) carry: the X-Session-Id it was made with, else its id.
+func (ls *liveSession) auditSession() string {
+	return cmp.Or(ls.xsession, ls.id)
+}
+
 // sessionRoutes adds the session endpoints and starts the sweeper.
 func (s *Server) sessionRoutes(e *echo.Echo) {
 	m := &sessionMgr{byID: map[string]*liveSession{}, open: map[string]int{}, stop: make(chan struct{}), done: make(chan struct{})}
@@ -385,11 +392,7 @@ func (s *Server) endSession(ls *liveSession, reason string) {
 	m.mu.Unlock()
 	ls.box.Close(reason)
 	s.log.Info("session ended", "session_id", ls.id, "tenant", ls.tenant, "key_id", ls.keyID, "sandbox_id", ls.sandbox, "reason", reason)
-	xs := ls.xsession
-	if xs == "" {
-		xs = ls.id
-	}
-	ar := &audit.Record{Kind: audit.KindSession, Action: "end", Status: "ended", Tenant: ls.tenant, KeyID: ls.keyID, Session: xs, Subject: ls.id,
+	ar := &audit.Record{Kind: audit.KindSession, Action: "end", Status: "ended", Tenant: ls.tenant, KeyID: ls.keyID, Session: ls.auditSession(), Subject: ls.id,
 		Message: reason, ExecProfile: &audit.ProfileRef{Name: ls.profile.Name, Version: ls.profile.Version},
 		Detail: map[string]string{"sandbox_id": ls.sandbox}}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -594,10 +597,7 @@ func (s *Server) createSession(c echo.Context) error {
 	started = true
 	log.Info("session started", "sandbox_id", ls.sandbox, "start_ms", time.Since(begin).Milliseconds(), "idle_timeout_s", int64(idle/time.Second), "max_lifetime_s", int64(life/time.Second))
 	ar := metaOf(c).record(audit.KindSession)
-	ar.Session, ar.Subject, ar.Action, ar.Status = xs, id, "start", "ok"
-	if ar.Session == "" {
-		ar.Session = id
-	}
+	ar.Session, ar.Subject, ar.Action, ar.Status = ls.auditSession(), id, "start", "ok"
 	ar.ExecProfile = &audit.ProfileRef{Name: prof.Name, Version: prof.Version}
 	ar.Image, ar.Runtime = box.ImageID(), prof.Runtime
 	ar.Detail = map[string]string{"sandbox_id": ls.sandbox, "idle_timeout_s": strconv.FormatInt(int64(idle/time.Second), 10), "max_lifetime_s": strconv.FormatInt(int64(life/time.Second), 10)}
@@ -671,12 +671,7 @@ func (s *Server) sessionExec(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	if xs == "" {
-		xs = ls.xsession
-	}
-	if xs == "" {
-		xs = ls.id
-	}
+	xs = cmp.Or(xs, ls.auditSession())
 	id := runner.NewExecID()
 	spec := &runner.Spec{ID: id, Profile: prof, Limits: limits, Redact: s.execRedactor(prof), Job: jobproto.Job{
 		Code: []byte(*req.Code), Stdin: []byte(req.Stdin), Files: files, TimeoutMS: limits.TimeoutMS, OutputBytes: limits.OutputBytes,
@@ -922,13 +917,8 @@ func (s *Server) sessionPutFiles(c echo.Context) error {
 // what the agent read out of the sandbox. A failed capture is noted in the
 // record, as an exec's; a failed append withholds the answer.
 func (s *Server) auditTransfer(c echo.Context, ls *liveSession, action string, in, out []jobproto.File, red map[string]int) error {
-	// The session's records are grouped as its start and end are.
-	xs := ls.xsession
-	if xs == "" {
-		xs = ls.id
-	}
 	m := metaOf(c)
-	m.session = xs
+	m.session = ls.auditSession()
 	r := m.record(audit.KindSession)
 	r.Action, r.Subject, r.Status = action, ls.id, "ok"
 	r.ExecProfile = &audit.ProfileRef{Name: ls.profile.Name, Version: ls.profile.Version}
@@ -937,16 +927,10 @@ func (s *Server) auditTransfer(c echo.Context, ls *liveSession, action string, i
 	meta := map[string]string{"session_id": ls.id, "action": action}
 	var parts []capture.Part
 	for i, f := range in {
-		name := "input." + strconv.Itoa(i)
-		parts = append(parts, capture.Part{Name: name, ContentType: "application/octet-stream", Data: f.Content})
-		meta[name] = f.Path
-		r.Inputs = append(r.Inputs, audit.Output{Name: "files/" + f.Path, Size: int64(len(f.Content)), SHA256: audit.SHA256(f.Content)})
+		r.Inputs = append(r.Inputs, keepFile(&parts, meta, "input", i, f.Path, f.Content))
 	}
 	for i, f := range out {
-		name := "output." + strconv.Itoa(i)
-		parts = append(parts, capture.Part{Name: name, ContentType: "application/octet-stream", Data: f.Content})
-		meta[name] = f.Path
-		r.Outputs = append(r.Outputs, audit.Output{Name: "files/" + f.Path, Size: int64(len(f.Content)), SHA256: audit.SHA256(f.Content)})
+		r.Outputs = append(r.Outputs, keepFile(&parts, meta, "output", i, f.Path, f.Content))
 	}
 	capt := &capture.Capture{Kind: "session_files", Tenant: r.Tenant, KeyID: r.KeyID, RequestID: r.RequestID, Meta: meta, Parts: parts,
 		Retention: days(ls.profile.CaptureRetentionDays)}

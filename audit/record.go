@@ -84,6 +84,33 @@ type Record struct {
 	Hash     string `json:"hash,omitempty"`
 }
 
+// CaptureRead describes one read of a capture's content, through the API
+// or the review page.
+type CaptureRead struct {
+	CaptureID, CaptureTenant, CaptureKind string
+	// KeyID and ReaderTenant are the reader's.
+	KeyID, ReaderTenant string
+	// Via is api or ui; Action view, raw or download; Part the part read,
+	// if one.
+	Via, Action, Part string
+}
+
+// Record is the read's audit record. It belongs to the capture's tenant,
+// so that its reviewers see who read their data (the reader's tenant is in
+// Detail when it differs), and names the capture as its subject only, so
+// that opening the record shows no content.
+func (c CaptureRead) Record() *Record {
+	r := &Record{Kind: KindCaptureRead, Tenant: c.CaptureTenant, KeyID: c.KeyID, Subject: c.CaptureID, Action: c.Action, Status: "ok",
+		Detail: map[string]string{"kind": c.CaptureKind, "via": c.Via}}
+	if c.Part != "" {
+		r.Detail["part"] = c.Part
+	}
+	if c.ReaderTenant != c.CaptureTenant {
+		r.Detail["reader_tenant"] = c.ReaderTenant
+	}
+	return r
+}
+
 // ProfileRef names a profile version.
 type ProfileRef struct {
 	Name    string `json:"name"`

@@ -240,14 +240,8 @@ func (h *handler) readCapture(r *http.Request, s *session, id, action, part stri
 
 // recordRead appends the capture_read record of c (see readCapture).
 func (h *handler) recordRead(r *http.Request, s *session, c *capture.Capture, action, part string) error {
-	rec := &audit.Record{Kind: audit.KindCaptureRead, Tenant: c.Tenant, KeyID: s.KeyID, Subject: c.ID, Action: action, Status: "ok",
-		Detail: map[string]string{"kind": c.Kind, "via": "ui"}}
-	if part != "" {
-		rec.Detail["part"] = part
-	}
-	if s.Tenant != c.Tenant {
-		rec.Detail["reader_tenant"] = s.Tenant
-	}
+	rec := audit.CaptureRead{CaptureID: c.ID, CaptureTenant: c.Tenant, CaptureKind: c.Kind, KeyID: s.KeyID, ReaderTenant: s.Tenant,
+		Via: "ui", Action: action, Part: part}.Record()
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), 30*time.Second)
 	defer cancel()
 	if err := h.cfg.Audit.Append(ctx, rec); err != nil {

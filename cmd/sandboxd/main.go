@@ -453,7 +453,7 @@ func serveWith(cfg *serveConfig, log *slog.Logger, console io.Writer) error {
 	_ = srv.Close()
 	_ = hs.Shutdown(killCtx)
 	// The last record this process wrote, for anchoring elsewhere.
-	logAuditHead(context.Background(), auditLog, log)
+	logAuditHead(context.Background(), auditLog, log, audit.Anchor{})
 	err = eng.Close(killCtx)
 	engClosed = err == nil
 	if err != nil {
@@ -509,7 +509,7 @@ func anchorLoop(ctx context.Context, l audit.Log, every time.Duration, log *slog
 
 // logAuditHead logs the head unless it is skip (or the log is empty) and
 // returns it.
-func logAuditHead(ctx context.Context, l audit.Log, log *slog.Logger, skip ...audit.Anchor) audit.Anchor {
+func logAuditHead(ctx context.Context, l audit.Log, log *slog.Logger, skip audit.Anchor) audit.Anchor {
 	h, err := l.Head(ctx)
 	if err != nil {
 		if ctx.Err() == nil {
@@ -517,7 +517,7 @@ func logAuditHead(ctx context.Context, l audit.Log, log *slog.Logger, skip ...au
 		}
 		return audit.Anchor{}
 	}
-	if h.Seq == 0 || (len(skip) > 0 && h == skip[0]) {
+	if h.Seq == 0 || h == skip {
 		return h
 	}
 	log.Info("audit head", "seq", h.Seq, "hash", h.Hash, "anchor", h.String())
