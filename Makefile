@@ -107,7 +107,7 @@ test: image build test-deps
 	$(GO) test -race -count=1 -timeout 25m -p 1 $(E2E_PKGS)
 
 # What the tests need besides the build: headless Chromium (Debian's
-# package) for the review page's browser test (ui/browser_test.go).
+# package) for the review page's browser test (internal/reviewui/browser_test.go).
 test-deps:
 	@command -v chromium >/dev/null && exit 0; \
 	echo "==> installing chromium for the review page's browser test"; \

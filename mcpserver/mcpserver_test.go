@@ -12,7 +12,7 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
-	"github.com/sandboxd/sandboxd/api"
+	"github.com/sandboxd/sandboxd/internal/httpapi"
 	"github.com/sandboxd/sandboxd/mcpserver"
 )
 
@@ -38,7 +38,7 @@ func (f *fakeAPI) Do(ctx context.Context, call *mcpserver.Call) (*mcpserver.Repl
 
 func tools() []mcpserver.Tool {
 	var out []mcpserver.Tool
-	for _, d := range api.ToolDefinitionsFor(nil) {
+	for _, d := range httpapi.ToolDefinitionsFor(nil) {
 		out = append(out, mcpserver.Tool{Name: d.Name, Description: d.Description, InputSchema: d.InputSchema})
 	}
 	return out

@@ -14,7 +14,7 @@ import (
 
 	"go.yaml.in/yaml/v3"
 
-	"github.com/sandboxd/sandboxd/yamlfile"
+	"github.com/sandboxd/sandboxd/internal/yamlfile"
 )
 
 // parseDocument parses data as exactly one YAML document whose root is a

@@ -1,7 +1,7 @@
 package profiles
 
 import (
-	"github.com/sandboxd/sandboxd/yamlfile"
+	"github.com/sandboxd/sandboxd/internal/yamlfile"
 	"regexp"
 	"strconv"
 	"strings"

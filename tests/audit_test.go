@@ -13,7 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sandboxd/sandboxd/audit"
+	"github.com/sandboxd/sandboxd/internal/forensics/audit"
 )
 
 // SIGKILL under load loses no audit record whose response was sent, and

@@ -29,7 +29,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/sandboxd/sandboxd/jobproto"
+	"github.com/sandboxd/sandboxd/internal/jobproto"
 )
 
 const python = "/usr/bin/python3"

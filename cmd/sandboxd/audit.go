@@ -9,7 +9,7 @@ import (
 	"os"
 	"path/filepath"
 
-	"github.com/sandboxd/sandboxd/audit"
+	"github.com/sandboxd/sandboxd/internal/forensics/audit"
 )
 
 const auditUsage = "usage: sandboxd audit verify --data-dir DIR [--anchor SEQ:HASH]...\n"

@@ -9,10 +9,10 @@ import (
 	"os"
 	"time"
 
-	"github.com/sandboxd/sandboxd/api"
-	"github.com/sandboxd/sandboxd/budget"
-	"github.com/sandboxd/sandboxd/metrics"
-	"github.com/sandboxd/sandboxd/store"
+	"github.com/sandboxd/sandboxd/internal/control/budget"
+	"github.com/sandboxd/sandboxd/internal/httpapi"
+	"github.com/sandboxd/sandboxd/internal/metrics"
+	"github.com/sandboxd/sandboxd/internal/store"
 )
 
 // controlFlags are the control plane's serve flags.
@@ -39,18 +39,18 @@ func (c *controlFlags) check() error {
 // openControl opens the store in the data dir (holding its lock), marks
 // what an earlier process left in flight as interrupted, and loads the
 // tenants file. The returned close closes the store.
-func openControl(c *controlFlags, dataDir string, queue int, log *slog.Logger) (api.Control, func(), error) {
+func openControl(c *controlFlags, dataDir string, queue int, log *slog.Logger) (httpapi.Control, func(), error) {
 	var tenants *budget.Config
 	if c.tenantsFile != "" {
 		var err error
 		if tenants, err = budget.LoadFile(c.tenantsFile); err != nil {
-			return api.Control{}, nil, fmt.Errorf("loading tenants: %w", err)
+			return httpapi.Control{}, nil, fmt.Errorf("loading tenants: %w", err)
 		}
 		log.Info("tenants file loaded", "file", c.tenantsFile, "tenants", len(tenants.Tenants))
 	}
 	st, err := store.OpenSQLite(dataDir)
 	if err != nil {
-		return api.Control{}, nil, err
+		return httpapi.Control{}, nil, err
 	}
 	owner := fmt.Sprintf("pid%d-%d", os.Getpid(), time.Now().UnixNano())
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -58,13 +58,13 @@ func openControl(c *controlFlags, dataDir string, queue int, log *slog.Logger) (
 	rs, err := st.Recover(ctx, owner)
 	if err != nil {
 		st.Close()
-		return api.Control{}, nil, fmt.Errorf("recovering the store: %w", err)
+		return httpapi.Control{}, nil, fmt.Errorf("recovering the store: %w", err)
 	}
 	if rs.Idempotency > 0 || rs.Execs > 0 {
 		log.Warn("an earlier process stopped with requests in flight; they are marked interrupted and will not run again",
 			"idempotency_keys", rs.Idempotency, "async_execs", rs.Execs)
 	}
-	ctl := api.Control{
+	ctl := httpapi.Control{
 		Store:           st,
 		Owner:           owner,
 		Limits:          budget.New(tenants, st, log),

@@ -28,14 +28,14 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/sandboxd/sandboxd/admit"
-	"github.com/sandboxd/sandboxd/api"
-	"github.com/sandboxd/sandboxd/audit"
-	"github.com/sandboxd/sandboxd/auth"
 	"github.com/sandboxd/sandboxd/browse"
-	"github.com/sandboxd/sandboxd/capture"
 	"github.com/sandboxd/sandboxd/egress"
 	"github.com/sandboxd/sandboxd/egress/approval"
+	"github.com/sandboxd/sandboxd/internal/auth"
+	"github.com/sandboxd/sandboxd/internal/control/admit"
+	"github.com/sandboxd/sandboxd/internal/forensics/audit"
+	"github.com/sandboxd/sandboxd/internal/forensics/capture"
+	"github.com/sandboxd/sandboxd/internal/httpapi"
 	"github.com/sandboxd/sandboxd/profiles"
 	"github.com/sandboxd/sandboxd/redact"
 	"github.com/sandboxd/sandboxd/runner"
@@ -301,7 +301,7 @@ func serveWith(cfg *serveConfig, log *slog.Logger, console io.Writer) error {
 		resolver = cfg.hooks.resolver
 	}
 	// Egress approvals live in the store; the proxy files and reads them,
-	// the API decides them (api.New tells the service who runs each exec).
+	// the API decides them (httpapi.New tells the service who runs each exec).
 	approvals := approval.New(approval.Config{Store: ctl.Store, Log: log})
 	eside := &egressSide{eng: eng, cur: current, log: log, instance: instance, port: cfg.egressPort, resolver: resolver, approvals: approvals, metrics: ctl.Metrics}
 	// POST /fetch decides with its own checker, which knows sandboxd's own
@@ -361,7 +361,7 @@ func serveWith(cfg *serveConfig, log *slog.Logger, console io.Writer) error {
 	}
 	go rl.run(reloadCtx, cfg.profilesPoll, hup)
 
-	srv := api.New(api.Config{
+	srv := httpapi.New(httpapi.Config{
 		DataDir:         dataDir,
 		Profiles:        set,
 		CurrentProfiles: current,
@@ -447,7 +447,7 @@ func serveWith(cfg *serveConfig, log *slog.Logger, console io.Writer) error {
 	}
 	killCtx, cancelKill := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancelKill()
-	if err := srv.KillRuns(killCtx, api.ErrShutdown()); err != nil {
+	if err := srv.KillRuns(killCtx, httpapi.ErrShutdown()); err != nil {
 		log.Error("runs did not stop", "err", err)
 	}
 	_ = srv.Close()
@@ -464,7 +464,7 @@ func serveWith(cfg *serveConfig, log *slog.Logger, console io.Writer) error {
 }
 
 // sweepLoop deletes expired captures at start and every interval.
-func sweepLoop(ctx context.Context, srv *api.Server, every time.Duration, log *slog.Logger) {
+func sweepLoop(ctx context.Context, srv *httpapi.Server, every time.Duration, log *slog.Logger) {
 	if every <= 0 {
 		every = time.Hour
 	}

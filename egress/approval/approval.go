@@ -27,7 +27,7 @@ import (
 	"unicode"
 
 	"github.com/sandboxd/sandboxd/egress"
-	"github.com/sandboxd/sandboxd/store"
+	"github.com/sandboxd/sandboxd/internal/store"
 )
 
 // Bounds of an approval's ttl.

@@ -14,7 +14,7 @@ import (
 	"github.com/sandboxd/sandboxd/egress/approval"
 	"github.com/sandboxd/sandboxd/egress/egresstest"
 	"github.com/sandboxd/sandboxd/internal/logbuf"
-	"github.com/sandboxd/sandboxd/store"
+	"github.com/sandboxd/sandboxd/internal/store"
 )
 
 type clock struct {

@@ -12,7 +12,7 @@ import (
 
 	"github.com/sandboxd/sandboxd/egress"
 	"github.com/sandboxd/sandboxd/egress/approval"
-	"github.com/sandboxd/sandboxd/store"
+	"github.com/sandboxd/sandboxd/internal/store"
 )
 
 // A profile in approve mode through the proxy: a first-time host is 403

@@ -23,8 +23,8 @@ import (
 	"strings"
 	"time"
 
-	"github.com/sandboxd/sandboxd/api"
 	"github.com/sandboxd/sandboxd/client"
+	"github.com/sandboxd/sandboxd/internal/httpapi"
 )
 
 // toolCall is what a model's tool-use answer carries.
@@ -51,16 +51,16 @@ type stubPlanner struct{ page, profile string }
 func (p stubPlanner) Next(h []step) (*toolCall, string) {
 	switch {
 	case len(h) == 0:
-		args, _ := json.Marshal(api.FetchRequest{URL: p.page, Profile: p.profile})
-		return &toolCall{Name: api.ToolFetchURL, Args: args}, ""
+		args, _ := json.Marshal(httpapi.FetchRequest{URL: p.page, Profile: p.profile})
+		return &toolCall{Name: httpapi.ToolFetchURL, Args: args}, ""
 	case h[len(h)-1].IsError:
 		return nil, "I could not finish: " + h[len(h)-1].Result
 	case len(h) == 1:
 		code := "import sys, collections, re\n" +
 			"words = re.findall(r\"[A-Za-z]{4,}\", sys.stdin.read())\n" +
 			"print(len(words), 'words; most common:', collections.Counter(w.lower() for w in words).most_common(3))\n"
-		args, _ := json.Marshal(api.ExecRequest{Language: "python", Code: &code, Stdin: h[0].Result})
-		return &toolCall{Name: api.ToolRunPython, Args: args}, ""
+		args, _ := json.Marshal(httpapi.ExecRequest{Language: "python", Code: &code, Stdin: h[0].Result})
+		return &toolCall{Name: httpapi.ToolRunPython, Args: args}, ""
 	}
 	return nil, "The page has " + strings.TrimSpace(h[len(h)-1].Result)
 }
@@ -98,8 +98,8 @@ func (a *agent) run(ctx context.Context, p planner, log io.Writer) (string, erro
 func (a *agent) dispatch(ctx context.Context, call *toolCall) (string, bool) {
 	opts := []client.CallOption{client.SessionID(a.session), client.IdempotencyKey(newID())}
 	switch call.Name {
-	case api.ToolRunPython:
-		var req api.ExecRequest
+	case httpapi.ToolRunPython:
+		var req httpapi.ExecRequest
 		if err := json.Unmarshal(call.Args, &req); err != nil {
 			return "arguments are not valid JSON: " + err.Error(), true
 		}
@@ -111,8 +111,8 @@ func (a *agent) dispatch(ctx context.Context, call *toolCall) (string, bool) {
 			return fmt.Sprintf("status %s (exit %d): %s%s", res.Status, res.ExitCode, res.Message, res.Stderr), true
 		}
 		return res.Stdout, false
-	case api.ToolFetchURL:
-		var req api.FetchRequest
+	case httpapi.ToolFetchURL:
+		var req httpapi.FetchRequest
 		if err := json.Unmarshal(call.Args, &req); err != nil {
 			return "arguments are not valid JSON: " + err.Error(), true
 		}

@@ -20,17 +20,17 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sandboxd/sandboxd/admit"
-	"github.com/sandboxd/sandboxd/api"
-	"github.com/sandboxd/sandboxd/auth"
 	"github.com/sandboxd/sandboxd/browse"
-	"github.com/sandboxd/sandboxd/budget"
-	"github.com/sandboxd/sandboxd/capture"
 	"github.com/sandboxd/sandboxd/egress"
 	"github.com/sandboxd/sandboxd/egress/egresstest"
+	"github.com/sandboxd/sandboxd/internal/auth"
+	"github.com/sandboxd/sandboxd/internal/control/admit"
+	"github.com/sandboxd/sandboxd/internal/control/budget"
+	"github.com/sandboxd/sandboxd/internal/forensics/capture"
+	"github.com/sandboxd/sandboxd/internal/httpapi"
+	"github.com/sandboxd/sandboxd/internal/store"
 	"github.com/sandboxd/sandboxd/profiles"
 	"github.com/sandboxd/sandboxd/runner"
-	"github.com/sandboxd/sandboxd/store"
 )
 
 // Keys of the test server, by role: AgentKey and OtherKey are agents of the
@@ -59,7 +59,7 @@ type Engine struct {
 	specs  []*runner.Spec
 }
 
-// Run implements api.Engine.
+// Run implements httpapi.Engine.
 func (e *Engine) Run(ctx context.Context, spec *runner.Spec) (*runner.Result, error) {
 	e.mu.Lock()
 	e.specs = append(e.specs, spec)
@@ -78,10 +78,10 @@ func (e *Engine) Run(ctx context.Context, spec *runner.Spec) (*runner.Result, er
 	return &r, nil
 }
 
-// Ping implements api.Engine.
+// Ping implements httpapi.Engine.
 func (e *Engine) Ping(context.Context) error { return nil }
 
-// ImageID implements api.Engine.
+// ImageID implements httpapi.Engine.
 func (e *Engine) ImageID(context.Context, string) (string, error) { return "sha256:fake", nil }
 
 // Runs returns the specs of the runs so far.
@@ -102,7 +102,7 @@ func (e *Engine) Set(r runner.Result) {
 type Server struct {
 	// URL is the API's base URL (http://127.0.0.1:port).
 	URL    string
-	API    *api.Server
+	API    *httpapi.Server
 	Engine *Engine
 	// Upstream serves /page (HTML), /text (plain text) and /pdf.
 	Upstream *httptest.Server
@@ -203,10 +203,10 @@ func New(t testing.TB, opts *Options) *Server {
 		t.Fatal(err)
 	}
 	resolver := egresstest.NewResolver(map[string][]string{"pages.test": {"127.0.0.1"}})
-	s.API = api.New(api.Config{
+	s.API = httpapi.New(httpapi.Config{
 		DataDir: dir, Profiles: set, Keys: ring, Engine: s.Engine, Gate: admit.New(2, 4, time.Minute), Log: log, MaxBodyBytes: 8 << 20, Version: "test",
 		Resolver: resolver,
-		Control:  api.Control{Store: st, Limits: budget.New(tenants, st, log), IdempotencyWait: 5 * time.Second, Queue: 4},
+		Control:  httpapi.Control{Store: st, Limits: budget.New(tenants, st, log), IdempotencyWait: 5 * time.Second, Queue: 4},
 		Fetcher:  &browse.Fetcher{Checker: &egress.Checker{Resolver: resolver}, Log: log},
 		Captures: caps,
 	})
@@ -216,7 +216,7 @@ func New(t testing.TB, opts *Options) *Server {
 		hs.Close()
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
-		s.API.KillRuns(ctx, api.ErrShutdown())
+		s.API.KillRuns(ctx, httpapi.ErrShutdown())
 		s.API.Close()
 		caps.Close()
 		st.Close()

@@ -1,0 +1,469 @@
+package budget
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"math"
+	"sync"
+	"time"
+
+	"github.com/sandboxd/sandboxd/internal/store"
+)
+
+// Refusal codes.
+const (
+	CodeRateLimited    = "RATE_LIMITED"
+	CodeBudgetExceeded = "BUDGET_EXCEEDED"
+)
+
+// Budget names, as they appear in refusals and in GET /usage.
+const (
+	TenantExecRate        = "tenant.exec_per_minute"
+	TenantFetchRate       = "tenant.fetch_per_minute"
+	TenantConcurrentExecs = "tenant.concurrent_execs"
+	TenantDailyCPU        = "tenant.daily_cpu_seconds"
+	TenantDailyFetchBytes = "tenant.daily_fetch_bytes"
+	SessionMaxExecs       = "session.max_execs"
+	SessionCPU            = "session.cpu_seconds"
+	SessionWall           = "session.wall_seconds"
+	SessionFetchBytes     = "session.fetch_bytes"
+)
+
+// Request kinds for the token buckets.
+const (
+	KindExec  = "exec"
+	KindFetch = "fetch"
+)
+
+// Refusal says which budget or rate a request ran into.
+type Refusal struct {
+	Code    string // CodeRateLimited or CodeBudgetExceeded
+	Budget  string // e.g. "session.cpu_seconds"
+	Limit   float64
+	Used    float64
+	Message string
+	// RetryAfter is when waiting helps (0: it does not).
+	RetryAfter time.Duration
+}
+
+func (r *Refusal) Error() string { return r.Code + ": " + r.Message }
+
+// MinSliceMS is the least CPU or wall time, in milliseconds, worth starting
+// a run for: a budget with less left refuses, rather than admitting runs
+// cut to a few milliseconds each.
+const MinSliceMS = 100
+
+// Limiter applies Config. It is safe for concurrent use.
+type Limiter struct {
+	cfg   *Config
+	store store.Store // usage persistence; nil keeps usage in memory only
+	log   *slog.Logger
+	now   func() time.Time
+
+	mu       sync.Mutex
+	buckets  map[string]*bucket
+	tenants  map[string]*tenantState
+	sessions map[string]*sessionState
+}
+
+type bucket struct {
+	tokens float64
+	last   time.Time
+}
+
+type tenantState struct {
+	running int
+	day     string
+	used    store.Usage // of day, finished runs
+	// reservedCPU is CPU milliseconds held by running execs.
+	reservedCPU int64
+}
+
+type sessionState struct {
+	used                      store.Usage // finished runs
+	pending                   int64       // execs admitted, not finished
+	reservedCPU, reservedWall int64
+	lastSeen                  time.Time
+}
+
+// New returns a limiter for cfg (nil: Unlimited) that keeps usage in st
+// (nil: in memory only).
+func New(cfg *Config, st store.Store, log *slog.Logger) *Limiter {
+	if cfg == nil {
+		cfg = Unlimited()
+	}
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	return &Limiter{cfg: cfg, store: st, log: log, now: time.Now,
+		buckets: map[string]*bucket{}, tenants: map[string]*tenantState{}, sessions: map[string]*sessionState{}}
+}
+
+// Config returns the configuration in force.
+func (l *Limiter) Config() *Config { return l.cfg }
+
+// Limits returns the limits of tenant.
+func (l *Limiter) Limits(tenant string) Limits { return l.cfg.For(tenant) }
+
+func day(t time.Time) string { return t.UTC().Format(time.DateOnly) }
+
+func untilMidnight(t time.Time) time.Duration {
+	t = t.UTC()
+	next := time.Date(t.Year(), t.Month(), t.Day()+1, 0, 0, 0, 0, time.UTC)
+	return next.Sub(t)
+}
+
+func sessionKey(tenant, session string) string { return tenant + "\x00" + session }
+
+// AllowRequest takes a token from the tenant's bucket for kind, or says
+// when one will be there.
+func (l *Limiter) AllowRequest(tenant, kind string) *Refusal {
+	lim := l.cfg.For(tenant)
+	rate, name := lim.ExecPerMinute, TenantExecRate
+	if kind == KindFetch {
+		rate, name = lim.FetchPerMinute, TenantFetchRate
+	}
+	if rate <= 0 {
+		return nil
+	}
+	capacity := lim.burst(rate)
+	perSec := rate / 60
+	now := l.now()
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	b := l.buckets[kind+"\x00"+tenant]
+	if b == nil {
+		b = &bucket{tokens: capacity, last: now}
+		l.buckets[kind+"\x00"+tenant] = b
+	}
+	b.tokens = math.Min(capacity, b.tokens+now.Sub(b.last).Seconds()*perSec)
+	b.last = now
+	if b.tokens >= 1 {
+		b.tokens--
+		return nil
+	}
+	wait := time.Duration((1 - b.tokens) / perSec * float64(time.Second))
+	return &Refusal{Code: CodeRateLimited, Budget: name, Limit: rate, RetryAfter: wait,
+		Message: fmt.Sprintf("tenant %s is over its rate of %g %s requests per minute (burst %g); retry after the Retry-After seconds", tenant, rate, kind, capacity)}
+}
+
+// load makes sure the tenant's state for today and the session's state are
+// in memory, reading them from the store outside the lock.
+func (l *Limiter) load(ctx context.Context, tenant, session string) error {
+	today := day(l.now())
+	l.mu.Lock()
+	ts := l.tenants[tenant]
+	needTenant := ts == nil || ts.day != today
+	_, haveSession := l.sessions[sessionKey(tenant, session)]
+	needSession := session != "" && !haveSession
+	l.mu.Unlock()
+	if l.store == nil {
+		l.mu.Lock()
+		defer l.mu.Unlock()
+		if needTenant {
+			l.setDay(tenant, today, store.Usage{})
+		}
+		if needSession {
+			l.sessions[sessionKey(tenant, session)] = &sessionState{lastSeen: l.now()}
+		}
+		return nil
+	}
+	var tu, su store.Usage
+	var err error
+	if needTenant {
+		if tu, err = l.store.Usage(ctx, store.ScopeTenantDay, tenant, today); err != nil {
+			return fmt.Errorf("reading the usage of tenant %s: %w", tenant, err)
+		}
+	}
+	if needSession {
+		if su, err = l.store.Usage(ctx, store.ScopeSession, tenant, session); err != nil {
+			return fmt.Errorf("reading the usage of session %s: %w", session, err)
+		}
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if needTenant {
+		if ts := l.tenants[tenant]; ts == nil || ts.day != today {
+			l.setDay(tenant, today, tu)
+		}
+	}
+	if needSession {
+		if _, ok := l.sessions[sessionKey(tenant, session)]; !ok {
+			l.sessions[sessionKey(tenant, session)] = &sessionState{used: su, lastSeen: l.now()}
+		}
+	}
+	return nil
+}
+
+// setDay starts a new day for tenant, keeping its running execs. l.mu held.
+func (l *Limiter) setDay(tenant, today string, used store.Usage) {
+	ts := l.tenants[tenant]
+	if ts == nil {
+		ts = &tenantState{}
+		l.tenants[tenant] = ts
+	}
+	ts.day, ts.used = today, used
+}
+
+// Ticket is an admitted exec's hold on its tenant's and session's budgets.
+// Exactly one of Finish or Cancel must be called.
+type Ticket struct {
+	l               *Limiter
+	tenant, session string
+	day             string
+	cpuMS, wallMS   int64 // reserved
+	// TimeoutMS is the wall-time limit the run may have: the request's,
+	// lowered when a budget has less left.
+	TimeoutMS int64
+	// LoweredBy names the budget that lowered TimeoutMS ("" if none).
+	LoweredBy string
+	done      bool
+}
+
+// AdmitExec checks the tenant's concurrency and CPU budget and the session's
+// exec, CPU and wall budgets for a run of at most timeoutMS on cpus CPUs,
+// and holds what the run may spend until Finish or Cancel.
+func (l *Limiter) AdmitExec(ctx context.Context, tenant, session string, timeoutMS int64, cpus float64) (*Ticket, *Refusal, error) {
+	if err := l.load(ctx, tenant, session); err != nil {
+		return nil, nil, err
+	}
+	lim := l.cfg.For(tenant)
+	now := l.now()
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	ts := l.tenants[tenant]
+	var ss *sessionState
+	if session != "" {
+		ss = l.sessions[sessionKey(tenant, session)]
+		ss.lastSeen = now
+	}
+	if lim.ConcurrentExecs > 0 && ts.running >= lim.ConcurrentExecs {
+		return nil, &Refusal{Code: CodeRateLimited, Budget: TenantConcurrentExecs, Limit: float64(lim.ConcurrentExecs), Used: float64(ts.running), RetryAfter: time.Second,
+			Message: fmt.Sprintf("tenant %s already has %d execs queued or running, its limit; retry when one has finished", tenant, ts.running)}, nil
+	}
+	maxTimeout, loweredBy := timeoutMS, ""
+	lower := func(ms int64, budget string) {
+		if ms < maxTimeout {
+			maxTimeout, loweredBy = ms, budget
+		}
+	}
+	perCPU := func(cpuMS int64) int64 { return int64(float64(cpuMS) / math.Max(cpus, 0.01)) }
+	if lim.DailyCPUSeconds > 0 {
+		limit := int64(lim.DailyCPUSeconds * 1000)
+		left := limit - ts.used.CPUMillis - ts.reservedCPU
+		if left < MinSliceMS {
+			r := &Refusal{Code: CodeBudgetExceeded, Budget: TenantDailyCPU, Limit: lim.DailyCPUSeconds, Used: float64(ts.used.CPUMillis) / 1000}
+			if ts.used.CPUMillis+MinSliceMS > limit {
+				r.RetryAfter = untilMidnight(now)
+				r.Message = fmt.Sprintf("tenant %s has used %.3g of its %g CPU-seconds for today (%s UTC; less than %d ms is left); the budget resets at 00:00 UTC", tenant, float64(ts.used.CPUMillis)/1000, lim.DailyCPUSeconds, ts.day, MinSliceMS)
+			} else {
+				r.RetryAfter = time.Second
+				r.Message = fmt.Sprintf("tenant %s's running execs hold the rest of its %g daily CPU-seconds; retry when they finish", tenant, lim.DailyCPUSeconds)
+			}
+			return nil, r, nil
+		}
+		lower(perCPU(left), TenantDailyCPU)
+	}
+	if ss != nil {
+		sl := lim.Session
+		if sl.MaxExecs > 0 && ss.used.Execs+ss.pending >= sl.MaxExecs {
+			return nil, &Refusal{Code: CodeBudgetExceeded, Budget: SessionMaxExecs, Limit: float64(sl.MaxExecs), Used: float64(ss.used.Execs + ss.pending),
+				Message: fmt.Sprintf("session %s has run its %d execs; start a new session or finish the task", session, sl.MaxExecs)}, nil
+		}
+		if sl.CPUSeconds > 0 {
+			limit := int64(sl.CPUSeconds * 1000)
+			left := limit - ss.used.CPUMillis - ss.reservedCPU
+			if left < MinSliceMS {
+				r := &Refusal{Code: CodeBudgetExceeded, Budget: SessionCPU, Limit: sl.CPUSeconds, Used: float64(ss.used.CPUMillis) / 1000,
+					Message: fmt.Sprintf("session %s has used %.3g of its %g CPU-seconds (less than %d ms is left); start a new session or finish the task", session, float64(ss.used.CPUMillis)/1000, sl.CPUSeconds, MinSliceMS)}
+				if ss.used.CPUMillis+MinSliceMS <= limit {
+					r.RetryAfter = time.Second
+					r.Message = fmt.Sprintf("session %s's running execs hold the rest of its %g CPU-seconds; retry when they finish", session, sl.CPUSeconds)
+				}
+				return nil, r, nil
+			}
+			lower(perCPU(left), SessionCPU)
+		}
+		if sl.WallSeconds > 0 {
+			limit := int64(sl.WallSeconds * 1000)
+			left := limit - ss.used.WallMillis - ss.reservedWall
+			if left < MinSliceMS {
+				r := &Refusal{Code: CodeBudgetExceeded, Budget: SessionWall, Limit: sl.WallSeconds, Used: float64(ss.used.WallMillis) / 1000,
+					Message: fmt.Sprintf("session %s has used %.3g of its %g wall-clock seconds of running code (less than %d ms is left); start a new session or finish the task", session, float64(ss.used.WallMillis)/1000, sl.WallSeconds, MinSliceMS)}
+				if ss.used.WallMillis+MinSliceMS <= limit {
+					r.RetryAfter = time.Second
+					r.Message = fmt.Sprintf("session %s's running execs hold the rest of its %g wall seconds; retry when they finish", session, sl.WallSeconds)
+				}
+				return nil, r, nil
+			}
+			lower(left, SessionWall)
+		}
+	}
+	if maxTimeout < 1 {
+		maxTimeout = 1
+	}
+	t := &Ticket{l: l, tenant: tenant, session: session, day: ts.day, TimeoutMS: maxTimeout}
+	if maxTimeout < timeoutMS {
+		t.LoweredBy = loweredBy
+	}
+	t.wallMS = maxTimeout
+	t.cpuMS = int64(math.Ceil(float64(maxTimeout) * cpus))
+	ts.running++
+	ts.reservedCPU += t.cpuMS
+	if ss != nil {
+		ss.pending++
+		ss.reservedCPU += t.cpuMS
+		ss.reservedWall += t.wallMS
+	}
+	return t, nil, nil
+}
+
+// release gives back what t holds. l.mu held.
+func (t *Ticket) release() {
+	l := t.l
+	if ts := l.tenants[t.tenant]; ts != nil {
+		ts.running--
+		if ts.day == t.day {
+			ts.reservedCPU -= t.cpuMS
+		}
+	}
+	if t.session != "" {
+		if ss := l.sessions[sessionKey(t.tenant, t.session)]; ss != nil {
+			ss.pending--
+			ss.reservedCPU -= t.cpuMS
+			ss.reservedWall -= t.wallMS
+		}
+	}
+}
+
+// Cancel gives back the hold of a run that never started.
+func (t *Ticket) Cancel() {
+	if t == nil {
+		return
+	}
+	t.l.mu.Lock()
+	defer t.l.mu.Unlock()
+	if t.done {
+		return
+	}
+	t.done = true
+	t.release()
+}
+
+// Finish charges what the run used (CPU and wall milliseconds) and gives
+// back the rest of the hold; the usage is written to the store.
+func (t *Ticket) Finish(ctx context.Context, cpuMS, wallMS int64) {
+	if t == nil {
+		return
+	}
+	l := t.l
+	l.mu.Lock()
+	if t.done {
+		l.mu.Unlock()
+		return
+	}
+	t.done = true
+	t.release()
+	u := store.Usage{Execs: 1, CPUMillis: cpuMS, WallMillis: wallMS}
+	if ts := l.tenants[t.tenant]; ts != nil && ts.day == t.day {
+		add(&ts.used, u)
+	}
+	if t.session != "" {
+		if ss := l.sessions[sessionKey(t.tenant, t.session)]; ss != nil {
+			add(&ss.used, u)
+			ss.lastSeen = l.now()
+		}
+	}
+	l.mu.Unlock()
+	l.persist(ctx, t.tenant, t.session, t.day, u)
+}
+
+func (l *Limiter) persist(ctx context.Context, tenant, session, today string, u store.Usage) {
+	if l.store == nil {
+		return
+	}
+	deltas := []store.UsageDelta{{Scope: store.ScopeTenantDay, Tenant: tenant, Name: today, Usage: u}}
+	if session != "" {
+		deltas = append(deltas, store.UsageDelta{Scope: store.ScopeSession, Tenant: tenant, Name: session, Usage: u})
+	}
+	if err := l.store.AddUsage(context.WithoutCancel(ctx), deltas...); err != nil {
+		l.log.Error("writing usage to the store failed; budgets count it until a restart", "tenant", tenant, "err", err)
+	}
+}
+
+func add(dst *store.Usage, u store.Usage) {
+	dst.Execs += u.Execs
+	dst.CPUMillis += u.CPUMillis
+	dst.WallMillis += u.WallMillis
+	dst.FetchBytes += u.FetchBytes
+}
+
+// FetchAllowance is the hook for POST /fetch: it says how many bytes a
+// fetch of tenant's session may still read (-1: no limit), or refuses when
+// a fetched-bytes budget is spent. Charge what was read with ChargeFetch.
+func (l *Limiter) FetchAllowance(ctx context.Context, tenant, session string) (int64, *Refusal, error) {
+	if err := l.load(ctx, tenant, session); err != nil {
+		return 0, nil, err
+	}
+	lim := l.cfg.For(tenant)
+	now := l.now()
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	allow := int64(-1)
+	if lim.DailyFetchBytes > 0 {
+		ts := l.tenants[tenant]
+		left := lim.DailyFetchBytes - ts.used.FetchBytes
+		if left <= 0 {
+			return 0, &Refusal{Code: CodeBudgetExceeded, Budget: TenantDailyFetchBytes, Limit: float64(lim.DailyFetchBytes), Used: float64(ts.used.FetchBytes),
+				RetryAfter: untilMidnight(now), Message: fmt.Sprintf("tenant %s has fetched its %d bytes for today; the budget resets at 00:00 UTC", tenant, lim.DailyFetchBytes)}, nil
+		}
+		allow = left
+	}
+	if session != "" && lim.Session.FetchBytes > 0 {
+		ss := l.sessions[sessionKey(tenant, session)]
+		left := lim.Session.FetchBytes - ss.used.FetchBytes
+		if left <= 0 {
+			return 0, &Refusal{Code: CodeBudgetExceeded, Budget: SessionFetchBytes, Limit: float64(lim.Session.FetchBytes), Used: float64(ss.used.FetchBytes),
+				Message: fmt.Sprintf("session %s has fetched its %d bytes; start a new session or finish the task", session, lim.Session.FetchBytes)}, nil
+		}
+		if allow < 0 || left < allow {
+			allow = left
+		}
+	}
+	return allow, nil, nil
+}
+
+// ChargeFetch adds fetched bytes to the tenant's day and the session.
+func (l *Limiter) ChargeFetch(ctx context.Context, tenant, session string, n int64) {
+	if err := l.load(ctx, tenant, session); err != nil {
+		l.log.Error("charging fetched bytes failed", "tenant", tenant, "err", err)
+		return
+	}
+	u := store.Usage{FetchBytes: n}
+	l.mu.Lock()
+	ts := l.tenants[tenant]
+	add(&ts.used, u)
+	if session != "" {
+		add(&l.sessions[sessionKey(tenant, session)].used, u)
+	}
+	today := ts.day
+	l.mu.Unlock()
+	l.persist(ctx, tenant, session, today, u)
+}
+
+// Forget drops sessions idle for longer than idle from memory (their usage
+// stays in the store and is read again if the session comes back).
+func (l *Limiter) Forget(idle time.Duration) int {
+	cut := l.now().Add(-idle)
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	n := 0
+	for k, ss := range l.sessions {
+		if ss.pending == 0 && ss.lastSeen.Before(cut) && l.store != nil {
+			delete(l.sessions, k)
+			n++
+		}
+	}
+	return n
+}

@@ -1,0 +1,263 @@
+package httpapi
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+)
+
+// bearer adds a key to every request, as an MCP host configured with one
+// does.
+type bearer struct {
+	key  string
+	next http.RoundTripper
+	hdr  map[string]string
+}
+
+func (b bearer) RoundTrip(r *http.Request) (*http.Response, error) {
+	r = r.Clone(r.Context())
+	if b.key != "" {
+		r.Header.Set("Authorization", "Bearer "+b.key)
+	}
+	for k, v := range b.hdr {
+		r.Header.Set(k, v)
+	}
+	return b.next.RoundTrip(r)
+}
+
+func mcpSession(t *testing.T, base, key string, hdr map[string]string) (*mcp.ClientSession, error) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	c := mcp.NewClient(&mcp.Implementation{Name: "test", Version: "1"}, nil)
+	tr := &mcp.StreamableClientTransport{Endpoint: base + "/mcp", HTTPClient: &http.Client{Transport: bearer{key: key, next: http.DefaultTransport, hdr: hdr}}, DisableStandaloneSSE: true}
+	cs, err := c.Connect(ctx, tr, nil)
+	if err == nil {
+		t.Cleanup(func() { cs.Close() })
+	}
+	return cs, err
+}
+
+func callTool(t *testing.T, cs *mcp.ClientSession, name string, args any) *mcp.CallToolResult {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	res, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: name, Arguments: args})
+	if err != nil {
+		t.Fatalf("%s: %v", name, err)
+	}
+	return res
+}
+
+func resultText(r *mcp.CallToolResult) string {
+	var b strings.Builder
+	for _, c := range r.Content {
+		if tc, ok := c.(*mcp.TextContent); ok {
+			b.WriteString(tc.Text)
+		}
+	}
+	return b.String()
+}
+
+func structured(t *testing.T, r *mcp.CallToolResult) map[string]any {
+	t.Helper()
+	b, err := json.Marshal(r.StructuredContent)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var m map[string]any
+	if err := json.Unmarshal(b, &m); err != nil {
+		t.Fatalf("structured content is not an object: %s", b)
+	}
+	return m
+}
+
+// The MCP SDK's client lists both tools over /mcp and calls them; the
+// calls go through the API with the caller's key and headers.
+func TestMCPOverStreamableHTTP(t *testing.T) {
+	f := newFetchFixture(t, "")
+	ts := httptest.NewServer(f.srv.Handler())
+	t.Cleanup(ts.Close)
+	cs, err := mcpSession(t, ts.URL, keyAgent, map[string]string{"X-Session-Id": "mcp-s1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	list, err := cs.ListTools(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defs := map[string]ToolDefinition{}
+	for _, d := range f.srv.ToolDefinitions() {
+		defs[d.Name] = d
+	}
+	if len(list.Tools) != 2 {
+		t.Fatalf("tools: %+v", list.Tools)
+	}
+	for _, tool := range list.Tools {
+		def, ok := defs[tool.Name]
+		if !ok || tool.Description != def.Description {
+			t.Errorf("tool %s: not GET /tools' tool, or another description", tool.Name)
+		}
+		var want, got any
+		json.Unmarshal(def.InputSchema, &want)
+		b, _ := json.Marshal(tool.InputSchema)
+		json.Unmarshal(b, &got)
+		if !jsonEqual(want, got) {
+			t.Errorf("%s: input schema differs from GET /tools:\n%s", tool.Name, b)
+		}
+	}
+
+	// run_python: text for the model, the /exec response as structured content.
+	f.eng.result.Stdout = []byte("42\n")
+	res := callTool(t, cs, ToolRunPython, map[string]any{"language": "python", "code": "print(6*7)"})
+	if res.IsError || !strings.Contains(resultText(res), "status: ok") || !strings.Contains(resultText(res), "42") {
+		t.Fatalf("run_python: %+v %s", res, resultText(res))
+	}
+	if st := structured(t, res); st["status"] != "ok" || st["stdout"] != "42\n" || st["limits"] == nil {
+		t.Fatalf("run_python structured: %v", st)
+	}
+	// The session header reached the API: the session has one exec.
+	r := f.req(http.MethodGet, "/usage?session=mcp-s1", keyAgent, "")
+	if r.code != 200 || !strings.Contains(string(r.raw), `"execs":1`) {
+		t.Fatalf("usage of the MCP session: %d %s", r.code, r.raw)
+	}
+
+	// fetch_url: the wrapped, untrusted content as text; the response fields structured.
+	res = callTool(t, cs, ToolFetchURL, map[string]any{"url": f.url("pages.test", "/page"), "profile": "pages"})
+	text := resultText(res)
+	st := structured(t, res)
+	if res.IsError || st["untrusted"] != true || st["nonce"] == "" {
+		t.Fatalf("fetch_url: %+v %s", st, text)
+	}
+	nonce := st["nonce"].(string)
+	if !strings.Contains(text, `<untrusted-content source=`) || !strings.Contains(text, `</untrusted-content nonce="`+nonce+`">`) || !strings.Contains(text, "UNTRUSTED") {
+		t.Fatalf("fetch_url text lacks the envelope:\n%s", text)
+	}
+	if strings.Contains(text, fakeToken) || strings.Contains(text, "HIDDEN_DISPLAY_NONE") {
+		t.Fatalf("fetch_url text carries what /fetch removes:\n%s", text)
+	}
+
+	// A bad call is a tool error the model can act on: field, problem, allowed values.
+	res = callTool(t, cs, ToolRunPython, map[string]any{"language": "ruby", "code": "puts 1"})
+	if !res.IsError || !strings.Contains(resultText(res), "VALIDATION (field language)") || !strings.Contains(resultText(res), `allowed: "python"`) ||
+		!strings.Contains(resultText(res), "Fix the arguments") {
+		t.Fatalf("bad language: %+v %s", res, resultText(res))
+	}
+	if e, _ := structured(t, res)["error"].(map[string]any); e["field"] != "language" {
+		t.Fatalf("bad language: structured %v", structured(t, res))
+	}
+	res = callTool(t, cs, ToolRunPython, map[string]any{"language": "python", "code": "1", "limits": map[string]any{"memory_mb": 100000}})
+	if !res.IsError || !strings.Contains(resultText(res), "limits.memory_mb") || !strings.Contains(resultText(res), "ceiling") {
+		t.Fatalf("raised limit: %s", resultText(res))
+	}
+	res = callTool(t, cs, ToolFetchURL, map[string]any{"url": f.url("pages.test", "/page")})
+	if !res.IsError || !strings.Contains(resultText(res), "field profile") {
+		t.Fatalf("fetch without profile: %s", resultText(res))
+	}
+	res = callTool(t, cs, ToolFetchURL, map[string]any{"url": f.url("pages.test", "/to-evil"), "profile": "pages"})
+	if !res.IsError || !strings.Contains(resultText(res), "EGRESS_DENIED") || !strings.Contains(resultText(res), "do not retry") {
+		t.Fatalf("egress denied: %s", resultText(res))
+	}
+	res = callTool(t, cs, ToolRunPython, map[string]any{"language": "python", "code": "1", "async": true})
+	if !res.IsError || !strings.Contains(resultText(res), "async") {
+		t.Fatalf("async: %s", resultText(res))
+	}
+	res = callTool(t, cs, ToolRunPython, nil)
+	if !res.IsError || !strings.Contains(resultText(res), "is required") {
+		t.Fatalf("no arguments: %s", resultText(res))
+	}
+	if n := len(f.eng.specs); n != 1 {
+		t.Fatalf("%d runs reached the engine, want 1", n)
+	}
+}
+
+func jsonEqual(a, b any) bool {
+	x, _ := json.Marshal(a)
+	y, _ := json.Marshal(b)
+	return string(x) == string(y)
+}
+
+// /mcp takes the same keys as the API: none, a wrong one, or one without
+// the agent role is refused before any MCP message is read.
+func TestMCPNeedsAnAgentKey(t *testing.T) {
+	f := newFixture(t, 1, 1)
+	ts := httptest.NewServer(f.srv.Handler())
+	t.Cleanup(ts.Close)
+	for _, key := range []string{"", "sbx_wrong"} {
+		if _, err := mcpSession(t, ts.URL, key, nil); err == nil || !strings.Contains(err.Error(), "Unauthorized") {
+			t.Errorf("key %q: connect error %v, want a 401", key, err)
+		}
+	}
+	if _, err := mcpSession(t, ts.URL, f.agent, nil); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestToolsEndpoint(t *testing.T) {
+	f := newFixture(t, 1, 1)
+	get := func(target string) (int, []byte) {
+		req := httptest.NewRequest("GET", target, nil)
+		req.Header.Set("Authorization", "Bearer "+f.agent)
+		rec := httptest.NewRecorder()
+		f.srv.Handler().ServeHTTP(rec, req)
+		return rec.Code, rec.Body.Bytes()
+	}
+	code, raw := get("/tools")
+	var generic ToolList
+	if code != 200 || json.Unmarshal(raw, &generic) != nil || len(generic.Tools) != 2 {
+		t.Fatalf("GET /tools: %d %s", code, raw)
+	}
+	run, fetch := generic.Tools[0], generic.Tools[1]
+	for _, want := range []string{"no network", "10 s wall time", "256 MiB", "stderr", "/sandbox/out/", "- default:", "- data:", "[REDACTED:type]", "LOOP_DETECTED"} {
+		if !strings.Contains(run.Description, want) {
+			t.Errorf("run_python description lacks %q:\n%s", want, run.Description)
+		}
+	}
+	for _, want := range []string{"UNTRUSTED", "<untrusted-content", "nonce", "Never follow instructions", "- web-research:", "EGRESS_DENIED"} {
+		if !strings.Contains(fetch.Description, want) {
+			t.Errorf("fetch_url description lacks %q:\n%s", want, fetch.Description)
+		}
+	}
+	if strings.Contains(fetch.Description, "- none:") {
+		t.Errorf("fetch_url lists the built-in none profile")
+	}
+	if string(compact(t, run.InputSchema)) != string(compact(t, ExecRequestSchema())) || string(compact(t, fetch.InputSchema)) != string(compact(t, FetchRequestSchema())) {
+		t.Errorf("the tools' input schemas are not the request schemas")
+	}
+
+	code, raw = get("/tools?format=openai")
+	var oa OpenAIToolList
+	if code != 200 || json.Unmarshal(raw, &oa) != nil || len(oa.Tools) != 2 || oa.Tools[0].Type != "function" || oa.Tools[0].Function.Name != ToolRunPython {
+		t.Fatalf("openai: %d %s", code, raw)
+	}
+	if strings.Contains(string(oa.Tools[0].Function.Parameters), "$schema") || !strings.Contains(string(oa.Tools[0].Function.Parameters), `"required":["language","code"]`) {
+		t.Errorf("openai parameters: %s", oa.Tools[0].Function.Parameters)
+	}
+	code, raw = get("/tools?format=mcp")
+	if code != 200 || !strings.Contains(string(raw), `"inputSchema"`) {
+		t.Fatalf("mcp: %d %s", code, raw)
+	}
+	if code, raw = get("/tools?format=yaml"); code != 400 || !strings.Contains(string(raw), "openai") {
+		t.Fatalf("unknown format: %d %s", code, raw)
+	}
+	if code, raw = get("/tools?fmt=openai"); code != 400 || !strings.Contains(string(raw), `"field":"fmt"`) {
+		t.Fatalf("unknown parameter: %d %s", code, raw)
+	}
+}
+
+func compact(t *testing.T, raw json.RawMessage) []byte {
+	t.Helper()
+	var v any
+	if err := json.Unmarshal(raw, &v); err != nil {
+		t.Fatal(err)
+	}
+	b, _ := json.Marshal(v)
+	return b
+}

@@ -1,0 +1,193 @@
+package httpapi
+
+import (
+	"errors"
+	"fmt"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/labstack/echo/v4"
+
+	"github.com/sandboxd/sandboxd/egress/approval"
+	"github.com/sandboxd/sandboxd/internal/auth"
+	"github.com/sandboxd/sandboxd/internal/store"
+)
+
+// CodeApprovalExpired answers a decision on an approval that has expired
+// (409): the next request to its host files a new one, to decide instead.
+const CodeApprovalExpired = "APPROVAL_EXPIRED"
+
+// approvalRoutes registers the approval endpoints, for security teams:
+//
+//	GET  /approvals?status=pending   approval requests and decisions
+//	GET  /approvals/{id}             one of them
+//	POST /approvals/{id}             approve (with a ttl) or reject it
+func (s *Server) approvalRoutes(e *echo.Echo) {
+	sec := s.authenticate(auth.RoleSecurity)
+	e.GET("/approvals", s.listApprovals, sec)
+	e.GET("/approvals/:id", s.getApproval, sec)
+	e.POST("/approvals/:id", s.decideApproval, sec)
+}
+
+// initApprovals sets up the approvals: Config.Approvals, or a service on
+// the control plane's store. The server tells it who started an exec.
+func (s *Server) initApprovals() {
+	s.approvals = s.cfg.Approvals
+	if s.approvals == nil {
+		s.approvals = approval.New(approval.Config{Store: s.ctl.store, Log: s.log})
+	}
+	s.approvals.SetIdentify(s.ExecIdentity)
+}
+
+// Approvals returns the approval service the server uses.
+func (s *Server) Approvals() *approval.Service { return s.approvals }
+
+// ExecIdentity returns the tenant and key id of a queued or running exec,
+// so that an approval request from its sandbox names who asked.
+func (s *Server) ExecIdentity(execID string) (tenant, keyID string, ok bool) {
+	l := s.ctl.lookup(execID)
+	if l == nil {
+		return "", "", false
+	}
+	return l.tenant, l.keyID, true
+}
+
+// ApprovalView is one approval request and its decision, as the API shows it.
+type ApprovalView struct {
+	ID string `json:"id"`
+	// Status is pending, approved, rejected or expired.
+	Status         string `json:"status"`
+	Profile        string `json:"profile"`
+	ProfileVersion string `json:"profile_version"`
+	Host           string `json:"host"`
+	Port           int    `json:"port"`
+	Method         string `json:"method"`
+	// URL is the first request's URL without its query.
+	URL string `json:"url"`
+	// Tenant, KeyID and Client (exec id) name who asked first.
+	Tenant    string    `json:"tenant"`
+	KeyID     string    `json:"key_id"`
+	Client    string    `json:"client"`
+	Count     int64     `json:"count"`
+	FirstSeen time.Time `json:"first_seen"`
+	LastSeen  time.Time `json:"last_seen"`
+	// DecidedBy is the key id of the person who decided, with its tenant.
+	DecidedBy       string    `json:"decided_by,omitempty"`
+	DecidedByTenant string    `json:"decided_by_tenant,omitempty"`
+	DecidedAt       time.Time `json:"decided_at,omitzero"`
+	Reason          string    `json:"reason,omitempty"`
+	// ExpiresAt ends an approval.
+	ExpiresAt time.Time `json:"expires_at,omitzero"`
+}
+
+func approvalView(a *store.Approval, now time.Time) ApprovalView {
+	return ApprovalView{
+		ID: a.ID, Status: a.Status(now), Profile: a.Profile, ProfileVersion: a.ProfileVersion,
+		Host: a.Host, Port: a.Port, Method: a.Method, URL: a.URL,
+		Tenant: a.Tenant, KeyID: a.KeyID, Client: a.Client, Count: a.Count, FirstSeen: a.FirstSeen, LastSeen: a.LastSeen,
+		DecidedBy: a.DecidedBy, DecidedByTenant: a.DecidedTenant, DecidedAt: a.DecidedAt, Reason: a.Reason, ExpiresAt: a.ExpiresAt,
+	}
+}
+
+// ApprovalList is the body of GET /approvals.
+type ApprovalList struct {
+	Status    string         `json:"status"`
+	Approvals []ApprovalView `json:"approvals"`
+}
+
+const maxApprovalList = 1000
+
+func (s *Server) listApprovals(c echo.Context) error {
+	q := c.QueryParams()
+	for name := range q {
+		switch name {
+		case "status", "profile", "host", "limit":
+		default:
+			return validation(name, "unknown query parameter %q; use status, profile, host and limit", name)
+		}
+	}
+	f := store.ApprovalFilter{Status: q.Get("status"), Profile: q.Get("profile"), Host: q.Get("host")}
+	switch f.Status {
+	case "":
+		f.Status = store.ApprovalPending
+	case "all":
+		f.Status = ""
+	case store.ApprovalPending, store.ApprovalApproved, store.ApprovalRejected, store.ApprovalExpired:
+	default:
+		return validation("status", "status %q is not allowed; use pending (the default), approved, rejected, expired or all", f.Status)
+	}
+	if v := q.Get("limit"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 || n > maxApprovalList {
+			return validation("limit", "limit must be a number from 1 to %d", maxApprovalList)
+		}
+		f.Limit = n
+	}
+	list, err := s.approvals.List(c.Request().Context(), f)
+	if err != nil {
+		return err
+	}
+	now := s.approvals.Now()
+	out := ApprovalList{Status: q.Get("status"), Approvals: make([]ApprovalView, 0, len(list))}
+	if out.Status == "" {
+		out.Status = store.ApprovalPending
+	}
+	for _, a := range list {
+		out.Approvals = append(out.Approvals, approvalView(a, now))
+	}
+	return c.JSON(http.StatusOK, out)
+}
+
+func (s *Server) getApproval(c echo.Context) error {
+	a, err := s.approvals.Get(c.Request().Context(), c.Param("id"))
+	if err != nil {
+		return approvalError(c.Param("id"), err)
+	}
+	return c.JSON(http.StatusOK, approvalView(a, s.approvals.Now()))
+}
+
+// ApprovalDecisionRequest is the body of POST /approvals/{id}.
+type ApprovalDecisionRequest struct {
+	// Decision is "approve" or "reject".
+	Decision string `json:"decision"`
+	// TTL is how long an approval lasts ("24h", "90m", "7d"; 1m to 30
+	// days); required to approve, refused with reject.
+	TTL string `json:"ttl"`
+	// Reason is optional, kept and logged.
+	Reason string `json:"reason"`
+}
+
+func (s *Server) decideApproval(c echo.Context) error {
+	var body ApprovalDecisionRequest
+	if err := decodeJSON(c, 16<<10, &body); err != nil {
+		return err
+	}
+	key := c.Get(ctxKey).(*auth.Key)
+	id := c.Param("id")
+	_, after, err := s.approvals.Decide(c.Request().Context(), id, approval.Decision{
+		Decision: body.Decision, TTL: body.TTL, Reason: body.Reason, By: key.ID, ByTenant: key.Tenant,
+	})
+	if err != nil {
+		return approvalError(id, err)
+	}
+	if err := s.auditAdmin(c, "approval_"+body.Decision, id, body.Reason, map[string]string{"ttl": body.TTL}); err != nil {
+		return err
+	}
+	return c.JSON(http.StatusOK, approvalView(after, s.approvals.Now()))
+}
+
+func approvalError(id string, err error) error {
+	var ve *approval.ValidationError
+	switch {
+	case errors.As(err, &ve):
+		return validation(ve.Field, "%s", ve.Msg)
+	case errors.Is(err, store.ErrNotFound):
+		return &Error{Status: http.StatusNotFound, Code: CodeNotFound, Field: "id",
+			Message: fmt.Sprintf("no approval request is named %q; GET /approvals?status=all lists them", id)}
+	case errors.Is(err, store.ErrApprovalExpired):
+		return &Error{Status: http.StatusConflict, Code: CodeApprovalExpired, Field: "id",
+			Message: err.Error() + "; it allows nothing now, and the next request to its host files a new approval request to decide instead"}
+	}
+	return err
+}

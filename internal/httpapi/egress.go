@@ -1,0 +1,220 @@
+package httpapi
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"reflect"
+	"strings"
+	"time"
+
+	"github.com/labstack/echo/v4"
+
+	"github.com/sandboxd/sandboxd/egress"
+	"github.com/sandboxd/sandboxd/internal/auth"
+)
+
+// egressRoutes registers the profile endpoints, for security teams:
+//
+//	GET  /profiles                  exec and egress profiles with versions
+//	GET  /profiles/{name}           one profile, of either kind (the body says which)
+//	POST /profiles/{name}/evaluate  the decision an egress profile makes on a URL
+func (s *Server) egressRoutes(e *echo.Echo) {
+	sec := s.authenticate(auth.RoleSecurity)
+	e.GET("/profiles", s.listProfiles, sec)
+	e.GET("/profiles/:name", s.getProfile, sec)
+	e.POST("/profiles/:name/evaluate", s.evaluateProfile, sec)
+}
+
+// ProfileSummary is one entry of GET /profiles.
+type ProfileSummary struct {
+	Name        string `json:"name"`
+	Version     string `json:"version"`
+	Description string `json:"description"`
+	// Mode is the egress mode; Egress the egress profile an exec profile names.
+	Mode   string `json:"mode,omitempty"`
+	Egress string `json:"egress,omitempty"`
+	// Source is the file the profile was loaded from; empty for the
+	// built-in "none".
+	Source string `json:"source"`
+}
+
+// ProfileList is the body of GET /profiles.
+type ProfileList struct {
+	Exec   []ProfileSummary `json:"exec"`
+	Egress []ProfileSummary `json:"egress"`
+}
+
+func (s *Server) listProfiles(c echo.Context) error {
+	set := s.profiles()
+	out := ProfileList{Exec: []ProfileSummary{}, Egress: []ProfileSummary{}}
+	for _, name := range set.Names() {
+		p := set.Exec[name]
+		out.Exec = append(out.Exec, ProfileSummary{Name: name, Version: p.Version, Description: p.Description, Egress: p.Egress, Source: p.Source})
+	}
+	for _, name := range set.EgressNames() {
+		p := set.Egress[name]
+		out.Egress = append(out.Egress, ProfileSummary{Name: name, Version: p.Version, Description: p.Description, Mode: string(p.Mode), Source: p.Source})
+	}
+	return c.JSON(http.StatusOK, out)
+}
+
+// ProfileDetail is the body of GET /profiles/{name}. Exec and egress
+// profiles have separate namespaces: Kinds says which of them hold the
+// name (both, if each defines it), and the matching fields are set, with
+// every value of the profile under its YAML key.
+type ProfileDetail struct {
+	Name   string         `json:"name"`
+	Kinds  []string       `json:"kinds"`
+	Exec   map[string]any `json:"exec,omitempty"`
+	Egress map[string]any `json:"egress,omitempty"`
+}
+
+func (s *Server) getProfile(c echo.Context) error {
+	name := c.Param("name")
+	set := s.profiles()
+	out := ProfileDetail{Name: name, Kinds: []string{}}
+	if p, ok := set.Exec[name]; ok {
+		out.Kinds = append(out.Kinds, "exec")
+		out.Exec = yamlView(reflect.ValueOf(p).Elem()).(map[string]any)
+		out.Exec["version"], out.Exec["source"] = p.Version, p.Source
+	}
+	if p, ok := set.Egress[name]; ok {
+		out.Kinds = append(out.Kinds, "egress")
+		out.Egress = yamlView(reflect.ValueOf(p).Elem()).(map[string]any)
+		out.Egress["version"], out.Egress["source"] = p.Version, p.Source
+	}
+	if len(out.Kinds) == 0 {
+		return &Error{Status: http.StatusNotFound, Code: CodeNotFound, Field: "name",
+			Message: fmt.Sprintf("no exec or egress profile is named %q; exec profiles: %s; egress profiles: %s", name, strings.Join(set.Names(), ", "), strings.Join(set.EgressNames(), ", "))}
+	}
+	return c.JSON(http.StatusOK, out)
+}
+
+// EvaluateRequest is the body of POST /profiles/{name}/evaluate.
+type EvaluateRequest struct {
+	// URL is an absolute http(s) URL, or host:port with method CONNECT.
+	URL string `json:"url"`
+	// Method defaults to GET.
+	Method string `json:"method"`
+}
+
+// EvaluateProfile names the profile a decision was made under.
+type EvaluateProfile struct {
+	Name    string `json:"name"`
+	Version string `json:"version"`
+	Mode    string `json:"mode"`
+}
+
+// EvaluateResponse is the decision, as the proxy and the browse pipeline
+// would make it, without connecting anywhere.
+type EvaluateResponse struct {
+	// Decision is "allow" or "deny".
+	Decision string `json:"decision"`
+	Reason   string `json:"reason"`
+	// Rule names the deciding rule (allow[0]:name), if any.
+	Rule string `json:"rule"`
+	// Addresses are the checked addresses the host resolved to (or the literal).
+	Addresses []string `json:"addresses"`
+	// Code classifies the decision (allowed, no_rule, denied_address, ...).
+	Code string `json:"code"`
+	// WouldDeny is set in report mode when enforce would deny.
+	WouldDeny bool `json:"would_deny"`
+	// ApprovalID names the standing approval (or pending request) of the
+	// host under a profile in approve mode.
+	ApprovalID string `json:"approval_id,omitempty"`
+	// Host and Port are the normalised target; Dial the address that would
+	// be dialled.
+	Host    string          `json:"host"`
+	Port    int             `json:"port"`
+	Dial    string          `json:"dial,omitempty"`
+	Profile EvaluateProfile `json:"profile"`
+}
+
+// evaluateTimeout bounds the lookup an evaluation may do.
+const evaluateTimeout = 10 * time.Second
+
+func (s *Server) evaluateProfile(c echo.Context) error {
+	name := c.Param("name")
+	set := s.profiles()
+	p, ok := set.Egress[name]
+	if !ok {
+		msg := fmt.Sprintf("no egress profile is named %q; egress profiles: %s", name, strings.Join(set.EgressNames(), ", "))
+		if _, isExec := set.Exec[name]; isExec {
+			msg = fmt.Sprintf("%q is an exec profile; evaluate takes an egress profile: %s", name, strings.Join(set.EgressNames(), ", "))
+		}
+		return &Error{Status: http.StatusNotFound, Code: CodeNotFound, Field: "name", Message: msg}
+	}
+	var body EvaluateRequest
+	if err := decodeJSON(c, 64<<10, &body); err != nil {
+		return err
+	}
+	if body.URL == "" {
+		return validation("url", "url is required: an absolute http or https URL such as https://example.com/, or host:port with method CONNECT")
+	}
+	if body.Method == "" {
+		body.Method = http.MethodGet
+	}
+	ctx, cancel := context.WithTimeout(c.Request().Context(), evaluateTimeout)
+	defer cancel()
+	// Approvals read-only: a dry run shows what an approval allows and
+	// files no approval request.
+	checker := &egress.Checker{Resolver: s.cfg.Resolver, Approvals: s.approvals.ReadOnly()}
+	d := checker.Decide(ctx, p, egress.Request{Method: body.Method, Target: body.URL, Client: "evaluate"})
+	if d.Code.BadRequest() {
+		field := "url"
+		if d.Code == egress.CodeBadMethod {
+			field = "method"
+		}
+		return validation(field, "%s cannot be evaluated: %s", field, d.Reason)
+	}
+	out := EvaluateResponse{
+		Decision: d.Verdict(), Reason: d.Reason, Rule: d.Rule, Code: string(d.Code), WouldDeny: d.WouldDeny, ApprovalID: d.ApprovalID,
+		Addresses: []string{}, Host: d.Host, Port: int(d.Port),
+		Profile: EvaluateProfile{Name: p.Name, Version: p.Version, Mode: string(p.Mode)},
+	}
+	for _, a := range d.Addresses {
+		out.Addresses = append(out.Addresses, a.String())
+	}
+	if d.Dial.IsValid() {
+		out.Dial = d.Dial.String()
+	}
+	return c.JSON(http.StatusOK, out)
+}
+
+// yamlView renders a profile value under its YAML keys, so that the API
+// shows what the file says: nested structs and lists follow, durations
+// are written as in YAML ("5s"), fields tagged "-" are left out.
+func yamlView(v reflect.Value) any {
+	if v.Type() == reflect.TypeFor[time.Duration]() {
+		return time.Duration(v.Int()).String()
+	}
+	switch v.Kind() {
+	case reflect.Struct:
+		out := map[string]any{}
+		for i := 0; i < v.NumField(); i++ {
+			f := v.Type().Field(i)
+			tag, _, _ := strings.Cut(f.Tag.Get("yaml"), ",")
+			if tag == "" || tag == "-" || !f.IsExported() {
+				continue
+			}
+			out[tag] = yamlView(v.Field(i))
+		}
+		return out
+	case reflect.Slice:
+		out := make([]any, 0, v.Len())
+		for i := 0; i < v.Len(); i++ {
+			out = append(out, yamlView(v.Index(i)))
+		}
+		return out
+	case reflect.String:
+		return v.String()
+	case reflect.Int, reflect.Int64:
+		return v.Int()
+	case reflect.Float64:
+		return v.Float()
+	case reflect.Bool:
+		return v.Bool()
+	}
+	return fmt.Sprint(v.Interface())
+}

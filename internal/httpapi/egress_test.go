@@ -1,0 +1,209 @@
+package httpapi
+
+import (
+	"encoding/json"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/sandboxd/sandboxd/egress/egresstest"
+	"github.com/sandboxd/sandboxd/internal/auth"
+	"github.com/sandboxd/sandboxd/profiles"
+)
+
+// Keys of the egress endpoint tests, by role.
+const (
+	egressKeyAgent    = "sbx_test_agent"
+	egressKeySecurity = "sbx_test_security"
+	egressKeyAdmin    = "sbx_test_admin"
+)
+
+type egressFixture struct {
+	srv *Server
+	res *egresstest.Resolver
+}
+
+func newEgressFixture(t *testing.T) *egressFixture {
+	t.Helper()
+	set, err := profiles.Load("../profiles")
+	if err != nil {
+		t.Fatal(err)
+	}
+	keysFile := filepath.Join(t.TempDir(), "keys.yaml")
+	keys := "keys:\n" +
+		"  - {id: agent, tenant: t, key: " + egressKeyAgent + ", roles: [agent]}\n" +
+		"  - {id: sec, tenant: t, key: " + egressKeySecurity + ", roles: [security]}\n" +
+		"  - {id: admin, tenant: t, key: " + egressKeyAdmin + ", roles: [admin]}\n"
+	if err := os.WriteFile(keysFile, []byte(keys), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	ring, _, err := auth.LoadFile(keysFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res := egresstest.NewResolver(map[string][]string{
+		"en.wikipedia.org":       {"198.35.26.96", "2620:0:863:ed1a::1"},
+		"internal.wikipedia.org": {"10.1.2.3"},
+		"mixed.wikipedia.org":    {"198.35.26.96", "127.0.0.1"},
+	})
+	srv := New(Config{
+		DataDir:      t.TempDir(),
+		Profiles:     set,
+		Keys:         ring,
+		Log:          slog.New(slog.NewJSONHandler(io.Discard, nil)),
+		MaxBodyBytes: 1 << 20,
+		Resolver:     res,
+	})
+	return &egressFixture{srv: srv, res: res}
+}
+
+func (f *egressFixture) do(t *testing.T, method, path, key, body string) (int, map[string]any) {
+	t.Helper()
+	req := httptest.NewRequest(method, path, strings.NewReader(body))
+	if key != "" {
+		req.Header.Set("Authorization", "Bearer "+key)
+	}
+	rec := httptest.NewRecorder()
+	f.srv.Handler().ServeHTTP(rec, req)
+	var out map[string]any
+	if err := json.Unmarshal(rec.Body.Bytes(), &out); err != nil {
+		t.Fatalf("%s %s: body is not JSON: %q", method, path, rec.Body.String())
+	}
+	return rec.Code, out
+}
+
+func TestProfilesEndpointsNeedSecurityRole(t *testing.T) {
+	f := newEgressFixture(t)
+	for _, tc := range []struct {
+		method, path, body string
+	}{
+		{"GET", "/profiles", ""},
+		{"GET", "/profiles/web-research", ""},
+		{"POST", "/profiles/web-research/evaluate", `{"url":"https://en.wikipedia.org/"}`},
+	} {
+		if code, _ := f.do(t, tc.method, tc.path, "", tc.body); code != http.StatusUnauthorized {
+			t.Errorf("%s %s without a key: %d, want 401", tc.method, tc.path, code)
+		}
+		if code, body := f.do(t, tc.method, tc.path, egressKeyAgent, tc.body); code != http.StatusForbidden {
+			t.Errorf("%s %s as agent: %d %v, want 403", tc.method, tc.path, code, body)
+		}
+		for _, key := range []string{egressKeySecurity, egressKeyAdmin} {
+			if code, body := f.do(t, tc.method, tc.path, key, tc.body); code != http.StatusOK {
+				t.Errorf("%s %s as %s: %d %v, want 200", tc.method, tc.path, key, code, body)
+			}
+		}
+	}
+}
+
+func TestListProfiles(t *testing.T) {
+	f := newEgressFixture(t)
+	code, body := f.do(t, "GET", "/profiles", egressKeySecurity, "")
+	if code != 200 {
+		t.Fatalf("status %d %v", code, body)
+	}
+	names := func(kind string) []string {
+		var out []string
+		for _, e := range body[kind].([]any) {
+			m := e.(map[string]any)
+			if len(m["version"].(string)) != 64 {
+				t.Errorf("%s profile %v has no version", kind, m["name"])
+			}
+			out = append(out, m["name"].(string))
+		}
+		return out
+	}
+	if got := strings.Join(names("egress"), ","); got != "none,package-mirror,web-research" {
+		t.Errorf("egress profiles %s", got)
+	}
+	if got := names("exec"); !slices.Contains(got, "default") {
+		t.Errorf("exec profiles %v", got)
+	}
+}
+
+func TestGetProfile(t *testing.T) {
+	f := newEgressFixture(t)
+	code, body := f.do(t, "GET", "/profiles/web-research", egressKeySecurity, "")
+	if code != 200 || body["kinds"].([]any)[0] != "egress" || body["exec"] != nil {
+		t.Fatalf("status %d %v", code, body)
+	}
+	eg := body["egress"].(map[string]any)
+	if eg["mode"] != "enforce" || eg["connect_timeout"] != "5s" || len(eg["version"].(string)) != 64 || eg["source"] != "../profiles/egress/web-research.yaml" {
+		t.Errorf("egress view %v", eg)
+	}
+	rule := eg["allow"].([]any)[0].(map[string]any)
+	if rule["name"] != "reference" || len(rule["hosts"].([]any)) == 0 || rule["ports"].([]any)[0] != float64(80) {
+		t.Errorf("rule view %v", rule)
+	}
+
+	code, body = f.do(t, "GET", "/profiles/default", egressKeySecurity, "")
+	if code != 200 || body["kinds"].([]any)[0] != "exec" || body["egress"] != nil {
+		t.Fatalf("exec profile: status %d %v", code, body)
+	}
+	if ex := body["exec"].(map[string]any); ex["egress"] != "none" || ex["limits"].(map[string]any)["memory_mb"] == nil {
+		t.Errorf("exec view %v", ex)
+	}
+
+	code, body = f.do(t, "GET", "/profiles/nope", egressKeySecurity, "")
+	if code != 404 || !strings.Contains(body["error"].(map[string]any)["message"].(string), "web-research") {
+		t.Errorf("unknown profile: %d %v", code, body)
+	}
+}
+
+func TestEvaluate(t *testing.T) {
+	f := newEgressFixture(t)
+	cases := []struct {
+		name, profile, body string
+		status              int
+		decision, code      string
+		addresses           int
+	}{
+		{"allowed", "web-research", `{"url":"https://en.wikipedia.org/wiki/Go","method":"GET"}`, 200, "allow", "allowed", 2},
+		{"method defaults to GET", "web-research", `{"url":"https://en.wikipedia.org/"}`, 200, "allow", "allowed", 2},
+		{"tunnel", "web-research", `{"url":"en.wikipedia.org:443","method":"CONNECT"}`, 200, "allow", "allowed", 2},
+		{"port 22", "web-research", `{"url":"en.wikipedia.org:22","method":"CONNECT"}`, 200, "deny", "port_not_allowed", 0},
+		{"POST", "web-research", `{"url":"https://en.wikipedia.org/","method":"POST"}`, 200, "deny", "method_not_allowed", 0},
+		{"deny rule", "web-research", `{"url":"https://gist.github.com/"}`, 200, "deny", "deny_rule", 0},
+		{"private answer", "web-research", `{"url":"https://internal.wikipedia.org/"}`, 200, "deny", "denied_address", 1},
+		{"mixed answer", "web-research", `{"url":"https://mixed.wikipedia.org/"}`, 200, "deny", "denied_address", 2},
+		{"metadata", "web-research", `{"url":"http://169.254.169.254/latest/meta-data/"}`, 200, "deny", "denied_address", 1},
+		{"no rule", "web-research", `{"url":"https://evil.example/"}`, 200, "deny", "no_rule", 0},
+		{"file scheme", "web-research", `{"url":"file:///etc/passwd"}`, 200, "deny", "scheme_not_allowed", 0},
+		{"none", "none", `{"url":"https://en.wikipedia.org/"}`, 200, "deny", "no_rule", 0},
+		{"unparsable", "web-research", `{"url":"http://a b/"}`, 400, "", "", 0},
+		{"userinfo", "web-research", `{"url":"https://en.wikipedia.org@evil.example/"}`, 400, "", "", 0},
+		{"bad port", "web-research", `{"url":"https://en.wikipedia.org:0443/"}`, 400, "", "", 0},
+		{"bad method", "web-research", `{"url":"https://en.wikipedia.org/","method":"G T"}`, 400, "", "", 0},
+		{"no url", "web-research", `{"method":"GET"}`, 400, "", "", 0},
+		{"unknown field", "web-research", `{"url":"https://en.wikipedia.org/","host":"x"}`, 400, "", "", 0},
+		{"exec profile", "default", `{"url":"https://en.wikipedia.org/"}`, 404, "", "", 0},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			code, body := f.do(t, "POST", "/profiles/"+tc.profile+"/evaluate", egressKeySecurity, tc.body)
+			if code != tc.status {
+				t.Fatalf("status %d %v, want %d", code, body, tc.status)
+			}
+			if tc.status != 200 {
+				if e, ok := body["error"].(map[string]any); !ok || e["message"] == "" {
+					t.Errorf("error body %v", body)
+				}
+				return
+			}
+			if body["decision"] != tc.decision || body["code"] != tc.code || body["reason"] == "" {
+				t.Errorf("decision %v", body)
+			}
+			if n := len(body["addresses"].([]any)); n != tc.addresses {
+				t.Errorf("addresses %v, want %d", body["addresses"], tc.addresses)
+			}
+			if p := body["profile"].(map[string]any); p["name"] != tc.profile || len(p["version"].(string)) != 64 {
+				t.Errorf("profile %v", p)
+			}
+		})
+	}
+}

@@ -1,0 +1,130 @@
+package httpapi
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+
+	"github.com/sandboxd/sandboxd/runner"
+)
+
+// runtimeEngine is a fakeEngine that lists runtimes and can fail runs the
+// way the runner does when a profile's runtime is missing.
+type runtimeEngine struct {
+	*fakeEngine
+	runtimes []string
+	listErr  error
+	runErr   error
+}
+
+func (e *runtimeEngine) Runtimes(context.Context) ([]string, error) { return e.runtimes, e.listErr }
+
+func (e *runtimeEngine) Run(ctx context.Context, spec *runner.Spec) (*runner.Result, error) {
+	if e.runErr != nil {
+		return nil, e.runErr
+	}
+	return e.fakeEngine.Run(ctx, spec)
+}
+
+type readyBody struct {
+	Status      string       `json:"status"`
+	Checks      []ReadyCheck `json:"checks"`
+	Unavailable []string     `json:"unavailable_profiles"`
+}
+
+func readyzWith(t *testing.T, eng Engine) (int, readyBody) {
+	t.Helper()
+	f := newFixture(t, 1, 1)
+	f.srv.cfg.Engine = eng
+	rec := httptest.NewRecorder()
+	f.srv.Handler().ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/readyz", nil))
+	var b readyBody
+	if err := json.Unmarshal(rec.Body.Bytes(), &b); err != nil {
+		t.Fatalf("readyz body %q: %v", rec.Body.String(), err)
+	}
+	return rec.Code, b
+}
+
+func check(b readyBody, name string) *ReadyCheck {
+	for i := range b.Checks {
+		if b.Checks[i].Name == name {
+			return &b.Checks[i]
+		}
+	}
+	return nil
+}
+
+func TestReadyzRuntimes(t *testing.T) {
+	t.Run("all present", func(t *testing.T) {
+		code, b := readyzWith(t, &runtimeEngine{fakeEngine: &fakeEngine{}, runtimes: []string{"runsc", "runc"}})
+		if code != 200 || b.Status != "ready" || len(b.Unavailable) != 0 {
+			t.Fatalf("readyz %d %+v", code, b)
+		}
+		for _, name := range []string{"runtime runc", "runtime runsc"} {
+			if c := check(b, name); c == nil || !c.OK {
+				t.Errorf("check %q = %+v, want ok", name, c)
+			}
+		}
+	})
+	t.Run("runsc missing: still ready, strict unavailable", func(t *testing.T) {
+		code, b := readyzWith(t, &runtimeEngine{fakeEngine: &fakeEngine{}, runtimes: []string{"runc"}})
+		if code != 200 || b.Status != "ready" {
+			t.Fatalf("readyz %d %+v, want 200 ready", code, b)
+		}
+		c := check(b, "runtime runsc")
+		if c == nil || c.OK || !c.Optional {
+			t.Fatalf("runtime runsc check = %+v, want failed and optional", c)
+		}
+		for _, want := range []string{`"runsc"`, "strict", "make gvisor", "503 UNAVAILABLE"} {
+			if !strings.Contains(c.Error, want) {
+				t.Errorf("runsc check error %q lacks %q", c.Error, want)
+			}
+		}
+		if len(b.Unavailable) != 1 || b.Unavailable[0] != "strict" {
+			t.Errorf("unavailable_profiles = %v, want [strict]", b.Unavailable)
+		}
+		if c := check(b, "runtime runc"); c == nil || !c.OK || c.Optional {
+			t.Errorf("runtime runc check = %+v, want ok and required", c)
+		}
+	})
+	t.Run("runc missing: not ready", func(t *testing.T) {
+		code, b := readyzWith(t, &runtimeEngine{fakeEngine: &fakeEngine{}, runtimes: []string{"runsc"}})
+		if code != 503 || b.Status != "not ready" {
+			t.Fatalf("readyz %d %+v, want 503: the default profile needs runc", code, b)
+		}
+	})
+	t.Run("listing fails", func(t *testing.T) {
+		code, b := readyzWith(t, &runtimeEngine{fakeEngine: &fakeEngine{}, listErr: errors.New("boom")})
+		if code != 503 {
+			t.Fatalf("readyz %d %+v, want 503", code, b)
+		}
+		if c := check(b, "runtime runc"); c == nil || c.OK || !strings.Contains(c.Error, "boom") {
+			t.Errorf("runtime runc check = %+v", c)
+		}
+	})
+}
+
+// A strict exec whose runtime the engine lacks is a 503 UNAVAILABLE that
+// names the runtime and the fix.
+func TestExecRuntimeMissingIsUnavailable(t *testing.T) {
+	f := newFixture(t, 1, 1)
+	f.srv.cfg.Engine = &runtimeEngine{fakeEngine: f.eng, runtimes: []string{"runc"},
+		runErr: &runner.RuntimeError{Runtime: "runsc", Profile: "strict", Engine: "Unknown runtime specified runsc"}}
+	resp, body := f.do(t, f.agent, `{"language":"python","code":"print(1)","profile":"strict"}`)
+	if resp.StatusCode != http.StatusServiceUnavailable {
+		t.Fatalf("status %d %v, want 503", resp.StatusCode, body)
+	}
+	code, _, msg := errorOf(t, body)
+	if code != CodeUnavailable {
+		t.Errorf("code %q, want %s", code, CodeUnavailable)
+	}
+	for _, want := range []string{`"runsc"`, `"strict"`, "make gvisor"} {
+		if !strings.Contains(msg, want) {
+			t.Errorf("message %q lacks %q", msg, want)
+		}
+	}
+}

@@ -1,0 +1,424 @@
+// Package api is sandboxd's HTTP layer: authentication, request validation,
+// admission and the JSON shapes of requests, responses and errors.
+package httpapi
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"os"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/labstack/echo/v4"
+
+	"github.com/sandboxd/sandboxd/browse"
+	"github.com/sandboxd/sandboxd/egress"
+	"github.com/sandboxd/sandboxd/egress/approval"
+	"github.com/sandboxd/sandboxd/internal/auth"
+	"github.com/sandboxd/sandboxd/internal/control/admit"
+	"github.com/sandboxd/sandboxd/internal/dataset"
+	"github.com/sandboxd/sandboxd/internal/forensics/audit"
+	"github.com/sandboxd/sandboxd/internal/forensics/capture"
+	"github.com/sandboxd/sandboxd/profiles"
+	"github.com/sandboxd/sandboxd/redact"
+	"github.com/sandboxd/sandboxd/runner"
+)
+
+// Engine is what the API needs from the container runner. The real one is
+// *runner.Runner; unit tests use a fake.
+type Engine interface {
+	Run(ctx context.Context, spec *runner.Spec) (*runner.Result, error)
+	Ping(ctx context.Context) error
+	ImageID(ctx context.Context, ref string) (string, error)
+}
+
+// Config is the server's configuration.
+type Config struct {
+	DataDir  string
+	Profiles *profiles.Set
+	Keys     *auth.Keyring
+	Engine   Engine
+	Gate     *admit.Gate
+	Log      *slog.Logger
+	// MaxBodyBytes caps a request body; a larger one is refused with 400.
+	MaxBodyBytes int64
+	Version      string
+	// Resolver resolves names for POST /profiles/{name}/evaluate; nil
+	// means the system resolver. Tests use a fake (egress/egresstest).
+	Resolver egress.Resolver
+	// Control configures idempotency, async runs, the kill switch, budgets,
+	// the loop guard and metrics (control.go).
+	Control Control
+	// CurrentProfiles, when set, replaces Profiles: the server reads the
+	// set it points to at each use, so that a reload (sandboxd serve swaps
+	// it on SIGHUP and when a file changes) applies to the next request.
+	// Each request reads it once.
+	CurrentProfiles *atomic.Pointer[profiles.Set]
+	// Approvals holds the egress approvals (approvals.go), shared with the
+	// egress proxy's Checker; nil: a service on Control's store.
+	Approvals *approval.Service
+	// Fetcher fetches for POST /fetch; nil: one with a Checker on Resolver
+	// and Approvals.
+	Fetcher *browse.Fetcher
+	// Captures stores fetch captures; nil: a capture.FS under
+	// DataDir/captures.
+	Captures capture.Store
+	// Audit is the audit log every exec, fetch and admin action is
+	// appended to before its answer; nil: a private in-memory log.
+	Audit audit.Log
+}
+
+// Server serves the HTTP API.
+type Server struct {
+	cfg  Config
+	log  *slog.Logger
+	echo *echo.Echo
+	ctl  *control
+
+	approvals *approval.Service
+	fetcher   *browse.Fetcher
+	captures  capture.Store
+	audit     audit.Log
+	ownsAudit bool
+	snapshots *dataset.Registry
+	// egressDecisions holds the proxy's decisions of running execs for
+	// their audit records (egresslog.go).
+	egressDecisions execDecisions
+
+	redactMu  sync.Mutex
+	redactors map[string]*redact.Redactor // by egress profile version
+
+	// runCtx is the parent of every run; cancelling it kills running code.
+	runCtx    context.Context
+	cancelRun context.CancelCauseFunc
+	runs      sync.WaitGroup
+}
+
+// New builds the server and its routes.
+func New(cfg Config) *Server {
+	if cfg.MaxBodyBytes <= 0 {
+		cfg.MaxBodyBytes = 32 << 20
+	}
+	s := &Server{cfg: cfg, log: cfg.Log}
+	s.runCtx, s.cancelRun = context.WithCancelCause(context.Background())
+	e := echo.New()
+	e.HideBanner = true
+	e.HidePort = true
+	e.HTTPErrorHandler = s.errorHandler
+	s.initControl()
+	s.initApprovals()
+	s.initFetch()
+	e.Use(s.requestID, s.observe, s.accessLog, s.recoverPanic)
+
+	e.GET("/healthz", s.healthz)
+	e.GET("/readyz", s.readyz)
+	e.POST("/exec", s.exec, s.authenticate(auth.RoleAgent))
+	s.egressRoutes(e)
+	s.controlRoutes(e)
+	s.approvalRoutes(e)
+	s.fetchRoutes(e)
+	s.agentRoutes(e) // agent.go: /tools, /openapi.yaml, /mcp
+	s.reviewRoutes(e)
+	s.uiRoutes(e) // ui.go: the review page at /ui/
+	s.sessionRoutes(e)
+	s.echo = e
+	return s
+}
+
+// Handler returns the HTTP handler, for tests and for http.Server.
+func (s *Server) Handler() http.Handler { return s.echo }
+
+// profiles returns the profile set in force. Read it once per request and
+// keep the result: a reload may swap it at any time.
+func (s *Server) profiles() *profiles.Set {
+	if s.cfg.CurrentProfiles != nil {
+		if set := s.cfg.CurrentProfiles.Load(); set != nil {
+			return set
+		}
+	}
+	return s.cfg.Profiles
+}
+
+// KillRuns stops every running job (their containers are killed and removed)
+// and waits until their handlers have returned, at most until ctx ends.
+func (s *Server) KillRuns(ctx context.Context, cause error) error {
+	s.cancelRun(cause)
+	done := make(chan struct{})
+	go func() { s.runs.Wait(); close(done) }()
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("runs still in progress after kill: %w", ctx.Err())
+	}
+}
+
+// WaitRuns waits until running jobs finish on their own, at most until ctx ends.
+func (s *Server) WaitRuns(ctx context.Context) bool {
+	done := make(chan struct{})
+	go func() { s.runs.Wait(); close(done) }()
+	select {
+	case <-done:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
+
+// Context keys.
+const (
+	ctxRequestID = "request_id"
+	ctxKey       = "auth_key"
+	ctxLogger    = "logger"
+	ctxErrorCode = "error_code"
+	ctxProfile   = "profile"
+	ctxRunStatus = "run_status"
+)
+
+var requestIDPattern = regexp.MustCompile(`^[A-Za-z0-9._:-]{1,64}$`)
+
+// requestID takes the caller's X-Request-Id when it is well-formed, or makes one.
+func (s *Server) requestID(next echo.HandlerFunc) echo.HandlerFunc {
+	return func(c echo.Context) error {
+		id := c.Request().Header.Get(echo.HeaderXRequestID)
+		if !requestIDPattern.MatchString(id) {
+			id = uuid.NewString()
+		}
+		c.Set(ctxRequestID, id)
+		c.Response().Header().Set(echo.HeaderXRequestID, id)
+		c.Set(ctxLogger, s.log.With("request_id", id))
+		return next(c)
+	}
+}
+
+func requestLogger(c echo.Context, fallback *slog.Logger) *slog.Logger {
+	if l, ok := c.Get(ctxLogger).(*slog.Logger); ok {
+		return l
+	}
+	return fallback
+}
+
+// accessLog writes one line per request: never code, output or keys.
+func (s *Server) accessLog(next echo.HandlerFunc) echo.HandlerFunc {
+	return func(c echo.Context) error {
+		start := time.Now()
+		err := next(c)
+		if err != nil {
+			c.Error(err)
+		}
+		attrs := []any{
+			"method", c.Request().Method,
+			"path", c.Request().URL.Path,
+			"status", c.Response().Status,
+			"duration_ms", time.Since(start).Milliseconds(),
+			"bytes_in", c.Request().ContentLength,
+			"bytes_out", c.Response().Size,
+		}
+		for _, name := range []string{ctxProfile, ctxRunStatus, ctxErrorCode} {
+			if v, ok := c.Get(name).(string); ok && v != "" {
+				attrs = append(attrs, name, v)
+			}
+		}
+		requestLogger(c, s.log).Info("request", attrs...)
+		return nil
+	}
+}
+
+func (s *Server) recoverPanic(next echo.HandlerFunc) echo.HandlerFunc {
+	return func(c echo.Context) (err error) {
+		defer func() {
+			if r := recover(); r != nil {
+				if r == http.ErrAbortHandler {
+					panic(r)
+				}
+				err = fmt.Errorf("panic: %v", r)
+			}
+		}()
+		return next(c)
+	}
+}
+
+// authenticate checks the bearer key and that it holds role.
+func (s *Server) authenticate(role string) echo.MiddlewareFunc {
+	return func(next echo.HandlerFunc) echo.HandlerFunc {
+		return func(c echo.Context) error {
+			bearer, ok := auth.ParseBearer(c.Request().Header.Get(echo.HeaderAuthorization))
+			if !ok {
+				return &Error{Status: http.StatusUnauthorized, Code: CodeAuth, Message: "missing API key: send the header Authorization: Bearer <key>"}
+			}
+			key, ok := s.cfg.Keys.Authenticate(bearer)
+			if !ok {
+				return &Error{Status: http.StatusUnauthorized, Code: CodeAuth, Message: "the API key is not valid"}
+			}
+			c.Set(ctxKey, key)
+			c.Set(ctxLogger, requestLogger(c, s.log).With("tenant", key.Tenant, "key_id", key.ID))
+			if !key.Has(role) {
+				return &Error{Status: http.StatusForbidden, Code: CodeForbidden, Message: fmt.Sprintf("key %q lacks the role %q needed here", key.ID, role)}
+			}
+			return next(c)
+		}
+	}
+}
+
+func (s *Server) healthz(c echo.Context) error {
+	return c.JSON(http.StatusOK, map[string]string{"status": "ok"})
+}
+
+// ReadyCheck is one readiness check's outcome.
+type ReadyCheck struct {
+	Name string `json:"name"`
+	OK   bool   `json:"ok"`
+	// Optional checks do not make the service unready when they fail: only
+	// the profiles that need them are refused (see runtimeChecks).
+	Optional bool   `json:"optional,omitempty"`
+	Error    string `json:"error,omitempty"`
+}
+
+// runtimeLister is implemented by engines that can say which OCI runtimes
+// they offer (*runner.Runner does).
+type runtimeLister interface {
+	Runtimes(ctx context.Context) ([]string, error)
+}
+
+func (s *Server) readyz(c echo.Context) error {
+	ctx, cancel := context.WithTimeout(c.Request().Context(), 5*time.Second)
+	defer cancel()
+	var checks []ReadyCheck
+	add := func(name string, err error) {
+		ch := ReadyCheck{Name: name, OK: err == nil}
+		if err != nil {
+			ch.Error = err.Error()
+		}
+		checks = append(checks, ch)
+	}
+	var unavailable []string
+	engineErr := s.cfg.Engine.Ping(ctx)
+	add("engine", engineErr)
+	if engineErr == nil {
+		set := s.profiles()
+		seen := map[string]bool{}
+		for _, name := range set.Names() {
+			p := set.Exec[name]
+			if seen[p.Image] {
+				continue
+			}
+			seen[p.Image] = true
+			_, err := s.cfg.Engine.ImageID(ctx, p.Image)
+			add("image "+p.Image, err)
+		}
+		var rc []ReadyCheck
+		rc, unavailable = s.runtimeChecks(ctx, set)
+		checks = append(checks, rc...)
+		if ch, names := s.egressCheck(set); ch != nil {
+			checks = append(checks, *ch)
+			unavailable = append(unavailable, names...)
+			slices.Sort(unavailable)
+			unavailable = slices.Compact(unavailable)
+		}
+	}
+	add("data_dir", checkWritable(s.cfg.DataDir))
+	status, code := "ready", http.StatusOK
+	for _, ch := range checks {
+		if !ch.OK && !ch.Optional {
+			status, code = "not ready", http.StatusServiceUnavailable
+		}
+	}
+	body := map[string]any{"status": status, "checks": checks}
+	if len(unavailable) > 0 {
+		body["unavailable_profiles"] = unavailable
+	}
+	return c.JSON(code, body)
+}
+
+// runtimeChecks checks that the engine offers each OCI runtime a profile
+// names ("runtime runc", "runtime runsc"). A runtime the default profile
+// needs is required: without it the service cannot serve plain requests. Any
+// other is optional: when it is missing, readyz stays 200 and lists the
+// profiles that need it as unavailable, and their execs answer 503
+// UNAVAILABLE (so a host without gVisor still serves the default profile).
+func (s *Server) runtimeChecks(ctx context.Context, set *profiles.Set) (checks []ReadyCheck, unavailable []string) {
+	lister, ok := s.cfg.Engine.(runtimeLister)
+	if !ok {
+		return nil, nil
+	}
+	users := map[string][]string{} // runtime -> profile names
+	var order []string
+	for _, name := range set.Names() {
+		rt := set.Exec[name].Runtime
+		if users[rt] == nil {
+			order = append(order, rt)
+		}
+		users[rt] = append(users[rt], name)
+	}
+	have, listErr := lister.Runtimes(ctx)
+	for _, rt := range order {
+		ch := ReadyCheck{Name: "runtime " + rt, OK: listErr == nil && slices.Contains(have, rt)}
+		ch.Optional = !slices.Contains(users[rt], profiles.DefaultName)
+		switch {
+		case listErr != nil:
+			ch.Error = fmt.Sprintf("listing the engine's runtimes: %v", listErr)
+		case !ch.OK:
+			ch.Error = fmt.Sprintf("the engine does not offer the runtime %q (engine runtimes: %s), so execs with profile %s answer 503 UNAVAILABLE; to fix it, %s",
+				rt, strings.Join(slices.Sorted(slices.Values(have)), ", "), strings.Join(users[rt], ", "), runner.RuntimeHint(rt))
+		}
+		if !ch.OK {
+			unavailable = append(unavailable, users[rt]...)
+		}
+		checks = append(checks, ch)
+	}
+	slices.Sort(unavailable)
+	return checks, unavailable
+}
+
+// egressNetworker is implemented by engines that run networked sandboxes
+// (*runner.Runner does).
+type egressNetworker interface {
+	EgressNetwork() *runner.EgressNet
+}
+
+// egressCheck checks, when a profile needs network egress, that the egress
+// network is up ("egress network"). It is optional unless the default
+// profile needs it; the profiles that need it are unavailable without it
+// (their execs answer 503 UNAVAILABLE).
+func (s *Server) egressCheck(set *profiles.Set) (*ReadyCheck, []string) {
+	var users []string
+	for _, name := range set.Names() {
+		if runner.Networked(set.Exec[name]) {
+			users = append(users, name)
+		}
+	}
+	if len(users) == 0 {
+		return nil, nil
+	}
+	ch := &ReadyCheck{Name: "egress network", Optional: !slices.Contains(users, profiles.DefaultName)}
+	if en, ok := s.cfg.Engine.(egressNetworker); ok && en.EgressNetwork() != nil {
+		ch.OK = true
+		return ch, nil
+	}
+	ch.Error = fmt.Sprintf("the egress network is not set up (the log says why), so execs with profile %s answer 503 UNAVAILABLE", strings.Join(users, ", "))
+	return ch, users
+}
+
+func checkWritable(dir string) error {
+	f, err := os.CreateTemp(dir, ".readyz-*")
+	if err != nil {
+		return fmt.Errorf("data dir %s is not writable: %w", dir, err)
+	}
+	name := f.Name()
+	f.Close()
+	return os.Remove(filepath.Clean(name))
+}
+
+var errShutdown = errors.New("sandboxd is shutting down")
+
+// ErrShutdown is the cause given to running jobs killed at shutdown.
+func ErrShutdown() error { return errShutdown }
