@@ -28,27 +28,28 @@ import (
 	"github.com/andybalholm/brotli"
 	"golang.org/x/net/html/charset"
 
+	"github.com/sandboxd/sandboxd/api"
 	"github.com/sandboxd/sandboxd/egress"
 )
 
 // Error codes of a failed fetch.
 const (
 	// CodeDenied: the egress profile refused a hop (403).
-	CodeDenied = "EGRESS_DENIED"
+	CodeDenied = api.CodeEgressDenied
 	// CodeBadURL: the URL (or a redirect's Location) cannot be fetched as
 	// written (400 for the request's own URL).
-	CodeBadURL = "VALIDATION"
+	CodeBadURL = api.CodeValidation
 	// CodeTimeout: the upstream did not answer within the profile's
 	// total_timeout (502).
-	CodeTimeout = "UPSTREAM_TIMEOUT"
+	CodeTimeout = api.CodeUpstreamTimeout
 	// CodeUpstream: connecting, TLS, the HTTP exchange, too many redirects,
 	// a broken encoding (502).
-	CodeUpstream = "UPSTREAM_ERROR"
+	CodeUpstream = api.CodeUpstreamError
 	// CodeTooLarge: the body, raw or decompressed, is over the egress
 	// profile's max_response_bytes (502).
-	CodeTooLarge = "TOO_LARGE"
+	CodeTooLarge = api.CodeTooLarge
 	// CodeUnsupported: the content is neither HTML nor text (422).
-	CodeUnsupported = "UNSUPPORTED_CONTENT"
+	CodeUnsupported = api.CodeUnsupported
 )
 
 // Error is a failed fetch: a typed code, the HTTP status sandboxd answers

@@ -5,10 +5,10 @@
 //
 //	c, err := client.New("http://127.0.0.1:8080", os.Getenv("SANDBOXD_KEY"))
 //	code := "print(6*7)"
-//	res, err := c.Exec(ctx, &httpapi.ExecRequest{Language: "python", Code: &code},
+//	res, err := c.Exec(ctx, &api.ExecRequest{Language: "python", Code: &code},
 //		client.IdempotencyKey(uuid.NewString()), client.SessionID("agent-run-7"))
 //	switch {
-//	case client.IsCode(err, httpapi.CodeRateLimited, httpapi.CodeBusy):
+//	case client.IsCode(err, api.CodeRateLimited, api.CodeBusy):
 //		// wait client.RetryAfter(err) and send the same request again
 //	case err != nil:
 //		// *client.Error: Status, Code, Message, Field, Budget, ...
@@ -35,10 +35,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/sandboxd/sandboxd/internal/control/budget"
-	"github.com/sandboxd/sandboxd/internal/forensics/audit"
-	"github.com/sandboxd/sandboxd/internal/forensics/capture"
-	"github.com/sandboxd/sandboxd/internal/httpapi"
+	"github.com/sandboxd/sandboxd/api"
 )
 
 // Client calls one sandboxd with one key. It is safe for concurrent use.
@@ -237,46 +234,46 @@ func (c *Client) do(ctx context.Context, method, path string, query url.Values, 
 // Exec runs code and waits for the result (POST /exec). The result is a
 // run that started, whatever the code did: see res.Status. Refusals are
 // *Error. req.Async must be false; use ExecAsync.
-func (c *Client) Exec(ctx context.Context, req *httpapi.ExecRequest, opts ...CallOption) (*httpapi.ExecResponse, error) {
+func (c *Client) Exec(ctx context.Context, req *api.ExecRequest, opts ...CallOption) (*api.ExecResponse, error) {
 	if req == nil {
 		return nil, errors.New("client: Exec: nil request")
 	}
 	if req.Async {
 		return nil, errors.New("client: Exec: req.Async is set; use ExecAsync")
 	}
-	return decodeCall[httpapi.ExecResponse](ctx, c, http.MethodPost, "/exec", nil, req, opts)
+	return decodeCall[api.ExecResponse](ctx, c, http.MethodPost, "/exec", nil, req, opts)
 }
 
 // ExecAsync starts a run in the background (POST /exec with async) and
 // returns its state (queued); GetExec and WaitExec follow it.
-func (c *Client) ExecAsync(ctx context.Context, req *httpapi.ExecRequest, opts ...CallOption) (*httpapi.ExecState, error) {
+func (c *Client) ExecAsync(ctx context.Context, req *api.ExecRequest, opts ...CallOption) (*api.ExecState, error) {
 	if req == nil {
 		return nil, errors.New("client: ExecAsync: nil request")
 	}
 	r := *req
 	r.Async = true
-	return decodeCall[httpapi.ExecState](ctx, c, http.MethodPost, "/exec", nil, &r, opts)
+	return decodeCall[api.ExecState](ctx, c, http.MethodPost, "/exec", nil, &r, opts)
 }
 
 // GetExec returns an exec's state (GET /exec/{id}).
-func (c *Client) GetExec(ctx context.Context, id string, opts ...CallOption) (*httpapi.ExecState, error) {
-	return decodeCall[httpapi.ExecState](ctx, c, http.MethodGet, "/exec/"+url.PathEscape(id), nil, nil, opts)
+func (c *Client) GetExec(ctx context.Context, id string, opts ...CallOption) (*api.ExecState, error) {
+	return decodeCall[api.ExecState](ctx, c, http.MethodGet, "/exec/"+url.PathEscape(id), nil, nil, opts)
 }
 
 // CancelExec kills a queued or running exec and returns its final state
 // (DELETE /exec/{id}); on an exec that has ended it changes nothing.
-func (c *Client) CancelExec(ctx context.Context, id string, opts ...CallOption) (*httpapi.ExecState, error) {
-	return decodeCall[httpapi.ExecState](ctx, c, http.MethodDelete, "/exec/"+url.PathEscape(id), nil, nil, opts)
+func (c *Client) CancelExec(ctx context.Context, id string, opts ...CallOption) (*api.ExecState, error) {
+	return decodeCall[api.ExecState](ctx, c, http.MethodDelete, "/exec/"+url.PathEscape(id), nil, nil, opts)
 }
 
 // Done reports whether an exec state is final (not queued or running).
-func Done(st *httpapi.ExecState) bool {
+func Done(st *api.ExecState) bool {
 	return st != nil && st.Status != "queued" && st.Status != "running"
 }
 
 // WaitExec polls an exec every interval (default 200 ms) until its state
 // is final or ctx ends.
-func (c *Client) WaitExec(ctx context.Context, id string, interval time.Duration, opts ...CallOption) (*httpapi.ExecState, error) {
+func (c *Client) WaitExec(ctx context.Context, id string, interval time.Duration, opts ...CallOption) (*api.ExecState, error) {
 	if interval <= 0 {
 		interval = 200 * time.Millisecond
 	}
@@ -297,62 +294,62 @@ func (c *Client) WaitExec(ctx context.Context, id string, interval time.Duration
 
 // Fetch reads a web page as safe, untrusted-marked text (POST /fetch).
 // The page is res.Content, between markers that carry res.Nonce.
-func (c *Client) Fetch(ctx context.Context, req *httpapi.FetchRequest, opts ...CallOption) (*httpapi.FetchResponse, error) {
+func (c *Client) Fetch(ctx context.Context, req *api.FetchRequest, opts ...CallOption) (*api.FetchResponse, error) {
 	if req == nil {
 		return nil, errors.New("client: Fetch: nil request")
 	}
-	return decodeCall[httpapi.FetchResponse](ctx, c, http.MethodPost, "/fetch", nil, req, opts)
+	return decodeCall[api.FetchResponse](ctx, c, http.MethodPost, "/fetch", nil, req, opts)
 }
 
 // SessionUsage reports a session's use against its budgets (GET
 // /usage?session=). tenant "" is the key's own; another needs admin.
-func (c *Client) SessionUsage(ctx context.Context, tenant, session string, opts ...CallOption) (*budget.SessionReport, error) {
+func (c *Client) SessionUsage(ctx context.Context, tenant, session string, opts ...CallOption) (*api.SessionUsageReport, error) {
 	q := url.Values{"session": {session}}
 	if tenant != "" {
 		q.Set("tenant", tenant)
 	}
-	return decodeCall[budget.SessionReport](ctx, c, http.MethodGet, "/usage", q, nil, opts)
+	return decodeCall[api.SessionUsageReport](ctx, c, http.MethodGet, "/usage", q, nil, opts)
 }
 
 // TenantUsage reports a tenant's use today against its budgets (GET
 // /usage?tenant=).
-func (c *Client) TenantUsage(ctx context.Context, tenant string, opts ...CallOption) (*budget.TenantReport, error) {
-	return decodeCall[budget.TenantReport](ctx, c, http.MethodGet, "/usage", url.Values{"tenant": {tenant}}, nil, opts)
+func (c *Client) TenantUsage(ctx context.Context, tenant string, opts ...CallOption) (*api.TenantUsageReport, error) {
+	return decodeCall[api.TenantUsageReport](ctx, c, http.MethodGet, "/usage", url.Values{"tenant": {tenant}}, nil, opts)
 }
 
 // FreezeState returns the kill switch's state (GET /admin/freeze).
-func (c *Client) FreezeState(ctx context.Context, opts ...CallOption) (*httpapi.FreezeResponse, error) {
-	return decodeCall[httpapi.FreezeResponse](ctx, c, http.MethodGet, "/admin/freeze", nil, nil, opts)
+func (c *Client) FreezeState(ctx context.Context, opts ...CallOption) (*api.FreezeResponse, error) {
+	return decodeCall[api.FreezeResponse](ctx, c, http.MethodGet, "/admin/freeze", nil, nil, opts)
 }
 
 // Freeze turns the kill switch on (POST /admin/freeze); req may be nil.
-func (c *Client) Freeze(ctx context.Context, req *httpapi.FreezeRequest, opts ...CallOption) (*httpapi.FreezeResponse, error) {
+func (c *Client) Freeze(ctx context.Context, req *api.FreezeRequest, opts ...CallOption) (*api.FreezeResponse, error) {
 	var in any
 	if req != nil {
 		in = req
 	}
-	return decodeCall[httpapi.FreezeResponse](ctx, c, http.MethodPost, "/admin/freeze", nil, in, opts)
+	return decodeCall[api.FreezeResponse](ctx, c, http.MethodPost, "/admin/freeze", nil, in, opts)
 }
 
 // Unfreeze lifts the kill switch (POST /admin/unfreeze).
-func (c *Client) Unfreeze(ctx context.Context, opts ...CallOption) (*httpapi.FreezeResponse, error) {
-	return decodeCall[httpapi.FreezeResponse](ctx, c, http.MethodPost, "/admin/unfreeze", nil, nil, opts)
+func (c *Client) Unfreeze(ctx context.Context, opts ...CallOption) (*api.FreezeResponse, error) {
+	return decodeCall[api.FreezeResponse](ctx, c, http.MethodPost, "/admin/unfreeze", nil, nil, opts)
 }
 
 // Profiles lists the exec and egress profiles (GET /profiles).
-func (c *Client) Profiles(ctx context.Context, opts ...CallOption) (*httpapi.ProfileList, error) {
-	return decodeCall[httpapi.ProfileList](ctx, c, http.MethodGet, "/profiles", nil, nil, opts)
+func (c *Client) Profiles(ctx context.Context, opts ...CallOption) (*api.ProfileList, error) {
+	return decodeCall[api.ProfileList](ctx, c, http.MethodGet, "/profiles", nil, nil, opts)
 }
 
 // Profile returns one profile of either kind (GET /profiles/{name}).
-func (c *Client) Profile(ctx context.Context, name string, opts ...CallOption) (*httpapi.ProfileDetail, error) {
-	return decodeCall[httpapi.ProfileDetail](ctx, c, http.MethodGet, "/profiles/"+url.PathEscape(name), nil, nil, opts)
+func (c *Client) Profile(ctx context.Context, name string, opts ...CallOption) (*api.ProfileDetail, error) {
+	return decodeCall[api.ProfileDetail](ctx, c, http.MethodGet, "/profiles/"+url.PathEscape(name), nil, nil, opts)
 }
 
 // Evaluate returns the decision an egress profile makes on a URL (POST
 // /profiles/{name}/evaluate), without connecting anywhere.
-func (c *Client) Evaluate(ctx context.Context, profile string, req *httpapi.EvaluateRequest, opts ...CallOption) (*httpapi.EvaluateResponse, error) {
-	return decodeCall[httpapi.EvaluateResponse](ctx, c, http.MethodPost, "/profiles/"+url.PathEscape(profile)+"/evaluate", nil, req, opts)
+func (c *Client) Evaluate(ctx context.Context, profile string, req *api.EvaluateRequest, opts ...CallOption) (*api.EvaluateResponse, error) {
+	return decodeCall[api.EvaluateResponse](ctx, c, http.MethodPost, "/profiles/"+url.PathEscape(profile)+"/evaluate", nil, req, opts)
 }
 
 // ApprovalFilter selects approvals; zero values are the server's defaults
@@ -366,7 +363,7 @@ type ApprovalFilter struct {
 }
 
 // Approvals lists egress approval requests and decisions (GET /approvals).
-func (c *Client) Approvals(ctx context.Context, f ApprovalFilter, opts ...CallOption) (*httpapi.ApprovalList, error) {
+func (c *Client) Approvals(ctx context.Context, f ApprovalFilter, opts ...CallOption) (*api.ApprovalList, error) {
 	q := url.Values{}
 	setIf(q, "status", f.Status)
 	setIf(q, "profile", f.Profile)
@@ -374,43 +371,29 @@ func (c *Client) Approvals(ctx context.Context, f ApprovalFilter, opts ...CallOp
 	if f.Limit > 0 {
 		q.Set("limit", strconv.Itoa(f.Limit))
 	}
-	return decodeCall[httpapi.ApprovalList](ctx, c, http.MethodGet, "/approvals", q, nil, opts)
+	return decodeCall[api.ApprovalList](ctx, c, http.MethodGet, "/approvals", q, nil, opts)
 }
 
 // Approval returns one approval request (GET /approvals/{id}).
-func (c *Client) Approval(ctx context.Context, id string, opts ...CallOption) (*httpapi.ApprovalView, error) {
-	return decodeCall[httpapi.ApprovalView](ctx, c, http.MethodGet, "/approvals/"+url.PathEscape(id), nil, nil, opts)
+func (c *Client) Approval(ctx context.Context, id string, opts ...CallOption) (*api.ApprovalView, error) {
+	return decodeCall[api.ApprovalView](ctx, c, http.MethodGet, "/approvals/"+url.PathEscape(id), nil, nil, opts)
 }
 
 // DecideApproval approves (with a TTL) or rejects an approval request
 // (POST /approvals/{id}).
-func (c *Client) DecideApproval(ctx context.Context, id string, req *httpapi.ApprovalDecisionRequest, opts ...CallOption) (*httpapi.ApprovalView, error) {
-	return decodeCall[httpapi.ApprovalView](ctx, c, http.MethodPost, "/approvals/"+url.PathEscape(id), nil, req, opts)
+func (c *Client) DecideApproval(ctx context.Context, id string, req *api.ApprovalDecisionRequest, opts ...CallOption) (*api.ApprovalView, error) {
+	return decodeCall[api.ApprovalView](ctx, c, http.MethodPost, "/approvals/"+url.PathEscape(id), nil, req, opts)
 }
 
 // Audit lists audit records, newest first (GET /audit). Continue with
 // f.Cursor = page.NextCursor until it is empty.
-func (c *Client) Audit(ctx context.Context, f audit.Filter, opts ...CallOption) (*httpapi.AuditPage, error) {
-	q := url.Values{}
-	for name, v := range map[string]string{"tenant": f.Tenant, "kind": f.Kind, "status": f.Status, "profile": f.Profile, "session": f.Session,
-		"code_sha256": f.CodeSHA256, "host": f.Host, "subject": f.Subject, "cursor": f.Cursor} {
-		setIf(q, name, v)
-	}
-	if !f.Since.IsZero() {
-		q.Set("since", f.Since.UTC().Format(time.RFC3339))
-	}
-	if !f.Until.IsZero() {
-		q.Set("until", f.Until.UTC().Format(time.RFC3339))
-	}
-	if f.Limit > 0 {
-		q.Set("limit", strconv.Itoa(f.Limit))
-	}
-	return decodeCall[httpapi.AuditPage](ctx, c, http.MethodGet, "/audit", q, nil, opts)
+func (c *Client) Audit(ctx context.Context, f api.AuditQuery, opts ...CallOption) (*api.AuditPage, error) {
+	return decodeCall[api.AuditPage](ctx, c, http.MethodGet, "/audit", f.Values(), nil, opts)
 }
 
 // AuditRecord returns one audit record (GET /audit/{id}).
-func (c *Client) AuditRecord(ctx context.Context, id string, opts ...CallOption) (*audit.Record, error) {
-	return decodeCall[audit.Record](ctx, c, http.MethodGet, "/audit/"+url.PathEscape(id), nil, nil, opts)
+func (c *Client) AuditRecord(ctx context.Context, id string, opts ...CallOption) (*api.AuditRecord, error) {
+	return decodeCall[api.AuditRecord](ctx, c, http.MethodGet, "/audit/"+url.PathEscape(id), nil, nil, opts)
 }
 
 // CaptureFilter selects captures for Captures.
@@ -422,7 +405,7 @@ type CaptureFilter struct {
 }
 
 // Captures lists capture metadata, newest first (GET /captures).
-func (c *Client) Captures(ctx context.Context, f CaptureFilter, opts ...CallOption) (*httpapi.CapturePage, error) {
+func (c *Client) Captures(ctx context.Context, f CaptureFilter, opts ...CallOption) (*api.CapturePage, error) {
 	q := url.Values{}
 	setIf(q, "tenant", f.Tenant)
 	setIf(q, "kind", f.Kind)
@@ -430,13 +413,13 @@ func (c *Client) Captures(ctx context.Context, f CaptureFilter, opts ...CallOpti
 	if f.Limit > 0 {
 		q.Set("limit", strconv.Itoa(f.Limit))
 	}
-	return decodeCall[httpapi.CapturePage](ctx, c, http.MethodGet, "/captures", q, nil, opts)
+	return decodeCall[api.CapturePage](ctx, c, http.MethodGet, "/captures", q, nil, opts)
 }
 
 // Capture returns a capture's metadata and its text parts (GET
 // /captures/{id}).
-func (c *Client) Capture(ctx context.Context, id string, opts ...CallOption) (*httpapi.CaptureView, error) {
-	return decodeCall[httpapi.CaptureView](ctx, c, http.MethodGet, "/captures/"+url.PathEscape(id), nil, nil, opts)
+func (c *Client) Capture(ctx context.Context, id string, opts ...CallOption) (*api.CaptureView, error) {
+	return decodeCall[api.CaptureView](ctx, c, http.MethodGet, "/captures/"+url.PathEscape(id), nil, nil, opts)
 }
 
 // CaptureRaw returns one part's bytes (GET /captures/{id}/raw); part ""
@@ -451,14 +434,14 @@ func (c *Client) CaptureRaw(ctx context.Context, id, part string, opts ...CallOp
 
 // EraseCapture erases a capture's content, keeping its tombstone (DELETE
 // /captures/{id}); reason goes into the audit log.
-func (c *Client) EraseCapture(ctx context.Context, id, reason string, opts ...CallOption) (*capture.Capture, error) {
-	return decodeCall[capture.Capture](ctx, c, http.MethodDelete, "/captures/"+url.PathEscape(id), nil, &httpapi.CaptureAction{Reason: reason}, opts)
+func (c *Client) EraseCapture(ctx context.Context, id, reason string, opts ...CallOption) (*api.Capture, error) {
+	return decodeCall[api.Capture](ctx, c, http.MethodDelete, "/captures/"+url.PathEscape(id), nil, &api.CaptureAction{Reason: reason}, opts)
 }
 
 // HoldCapture places (on) or lifts a legal hold on a capture (POST
 // /captures/{id}/hold).
-func (c *Client) HoldCapture(ctx context.Context, id string, on bool, reason string, opts ...CallOption) (*capture.Capture, error) {
-	return decodeCall[capture.Capture](ctx, c, http.MethodPost, "/captures/"+url.PathEscape(id)+"/hold", nil, &httpapi.CaptureAction{On: &on, Reason: reason}, opts)
+func (c *Client) HoldCapture(ctx context.Context, id string, on bool, reason string, opts ...CallOption) (*api.Capture, error) {
+	return decodeCall[api.Capture](ctx, c, http.MethodPost, "/captures/"+url.PathEscape(id)+"/hold", nil, &api.CaptureAction{On: &on, Reason: reason}, opts)
 }
 
 // TenantHold is the answer of HoldTenant.
@@ -470,7 +453,7 @@ type TenantHold struct {
 // HoldTenant places (on) or lifts a legal hold on all of a tenant's
 // captures (POST /holds/{tenant}).
 func (c *Client) HoldTenant(ctx context.Context, tenant string, on bool, reason string, opts ...CallOption) (*TenantHold, error) {
-	return decodeCall[TenantHold](ctx, c, http.MethodPost, "/holds/"+url.PathEscape(tenant), nil, &httpapi.CaptureAction{On: &on, Reason: reason}, opts)
+	return decodeCall[TenantHold](ctx, c, http.MethodPost, "/holds/"+url.PathEscape(tenant), nil, &api.CaptureAction{On: &on, Reason: reason}, opts)
 }
 
 // Healthz checks that the process is alive (GET /healthz).
@@ -481,9 +464,9 @@ func (c *Client) Healthz(ctx context.Context, opts ...CallOption) error {
 
 // Readiness is the body of GET /readyz.
 type Readiness struct {
-	Status              string               `json:"status"`
-	Checks              []httpapi.ReadyCheck `json:"checks"`
-	UnavailableProfiles []string             `json:"unavailable_profiles"`
+	Status              string           `json:"status"`
+	Checks              []api.ReadyCheck `json:"checks"`
+	UnavailableProfiles []string         `json:"unavailable_profiles"`
 }
 
 // Ready reports whether the service is ready.
@@ -528,8 +511,8 @@ func (c *Client) Readyz(ctx context.Context, opts ...CallOption) (*Readiness, er
 
 // Tools returns the run_python and fetch_url definitions, {name,
 // description, input_schema} (GET /tools).
-func (c *Client) Tools(ctx context.Context, opts ...CallOption) ([]httpapi.ToolDefinition, error) {
-	var out httpapi.ToolList
+func (c *Client) Tools(ctx context.Context, opts ...CallOption) ([]api.ToolDefinition, error) {
+	var out api.ToolList
 	if _, err := c.do(ctx, http.MethodGet, "/tools", nil, nil, &out, opts); err != nil {
 		return nil, err
 	}

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sandboxd/sandboxd/api"
 	"github.com/sandboxd/sandboxd/client"
 	"github.com/sandboxd/sandboxd/egress"
 	"github.com/sandboxd/sandboxd/internal/apitest"
@@ -39,7 +40,7 @@ func TestExecAndAsync(t *testing.T) {
 	s.Engine.Set(runner.Result{Status: runner.StatusOK, Stdout: []byte("42\n")})
 	c := newClient(t, s, apitest.AgentKey)
 	var meta client.ResponseMeta
-	res, err := c.Exec(ctx(t), &httpapi.ExecRequest{Language: "python", Code: code("print(6*7)")}, client.RequestID("req-1"), client.ResponseInto(&meta))
+	res, err := c.Exec(ctx(t), &api.ExecRequest{Language: "python", Code: code("print(6*7)")}, client.RequestID("req-1"), client.ResponseInto(&meta))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -49,11 +50,11 @@ func TestExecAndAsync(t *testing.T) {
 	if meta.Status != 200 || meta.RequestID != "req-1" || meta.Replayed {
 		t.Fatalf("meta: %+v", meta)
 	}
-	if _, err := c.Exec(ctx(t), &httpapi.ExecRequest{Language: "python", Code: code("1"), Async: true}); err == nil {
+	if _, err := c.Exec(ctx(t), &api.ExecRequest{Language: "python", Code: code("1"), Async: true}); err == nil {
 		t.Fatal("Exec with Async set: no error")
 	}
 
-	st, err := c.ExecAsync(ctx(t), &httpapi.ExecRequest{Language: "python", Code: code("print(1)")})
+	st, err := c.ExecAsync(ctx(t), &api.ExecRequest{Language: "python", Code: code("print(1)")})
 	if err != nil || st.Status != "queued" || st.ID == "" {
 		t.Fatalf("async: %+v %v", st, err)
 	}
@@ -70,7 +71,7 @@ func TestExecAndAsync(t *testing.T) {
 		t.Fatalf("cancel of an ended exec: %+v %v", del, err)
 	}
 	_, err = c.GetExec(ctx(t), "ex_nope")
-	if !client.IsCode(err, httpapi.CodeNotFound) || client.StatusOf(err) != 404 {
+	if !client.IsCode(err, api.CodeNotFound) || client.StatusOf(err) != 404 {
 		t.Fatalf("unknown exec: %v", err)
 	}
 }
@@ -78,7 +79,7 @@ func TestExecAndAsync(t *testing.T) {
 func TestIdempotencyAndSessionHeaders(t *testing.T) {
 	s := apitest.New(t, nil)
 	c := newClient(t, s, apitest.AgentKey, client.WithSession("run-7"))
-	req := &httpapi.ExecRequest{Language: "python", Code: code("print(1)")}
+	req := &api.ExecRequest{Language: "python", Code: code("print(1)")}
 	if _, err := c.Exec(ctx(t), req, client.IdempotencyKey("idem-1")); err != nil {
 		t.Fatal(err)
 	}
@@ -89,12 +90,12 @@ func TestIdempotencyAndSessionHeaders(t *testing.T) {
 	if !meta.Replayed || len(s.Engine.Runs()) != 1 {
 		t.Fatalf("the retry ran again: replayed %v, runs %d", meta.Replayed, len(s.Engine.Runs()))
 	}
-	_, err := c.Exec(ctx(t), &httpapi.ExecRequest{Language: "python", Code: code("print(2)")}, client.IdempotencyKey("idem-1"))
-	if !client.IsCode(err, httpapi.CodeIdempotencyMismatch) {
+	_, err := c.Exec(ctx(t), &api.ExecRequest{Language: "python", Code: code("print(2)")}, client.IdempotencyKey("idem-1"))
+	if !client.IsCode(err, api.CodeIdempotencyMismatch) {
 		t.Fatalf("another request with the key: %v", err)
 	}
 	// The session (from WithSession) was counted; SessionID overrides it.
-	if _, err := c.Exec(ctx(t), &httpapi.ExecRequest{Language: "python", Code: code("print(3)")}, client.SessionID("run-8"),
+	if _, err := c.Exec(ctx(t), &api.ExecRequest{Language: "python", Code: code("print(3)")}, client.SessionID("run-8"),
 		client.Traceparent("00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01")); err != nil {
 		t.Fatal(err)
 	}
@@ -111,7 +112,7 @@ func TestIdempotencyAndSessionHeaders(t *testing.T) {
 		t.Fatalf("tenant usage: %+v %v", trep, err)
 	}
 	_, err = c.TenantUsage(ctx(t), "other")
-	if !client.IsCode(err, httpapi.CodeForbidden) {
+	if !client.IsCode(err, api.CodeForbidden) {
 		t.Fatalf("other tenant's usage: %v", err)
 	}
 }
@@ -119,9 +120,9 @@ func TestIdempotencyAndSessionHeaders(t *testing.T) {
 func TestTypedErrors(t *testing.T) {
 	s := apitest.New(t, &apitest.Options{Tenants: "tenants:\n  acme:\n    exec_per_minute: 1\n    burst: 1\n"})
 	c := newClient(t, s, apitest.AgentKey)
-	_, err := c.Exec(ctx(t), &httpapi.ExecRequest{Language: "python", Code: code("1"), Limits: &httpapi.LimitsRequest{MemoryMB: ptr[int64](100000)}})
+	_, err := c.Exec(ctx(t), &api.ExecRequest{Language: "python", Code: code("1"), Limits: &api.LimitsRequest{MemoryMB: ptr[int64](100000)}})
 	e, ok := client.AsError(err)
-	if !ok || e.Status != 400 || e.Code != httpapi.CodeValidation || e.Field != "limits.memory_mb" || !strings.Contains(e.Message, "ceiling") || e.RequestID == "" {
+	if !ok || e.Status != 400 || e.Code != api.CodeValidation || e.Field != "limits.memory_mb" || !strings.Contains(e.Message, "ceiling") || e.RequestID == "" {
 		t.Fatalf("validation: %#v", err)
 	}
 	if !strings.Contains(e.Error(), "HTTP 400 VALIDATION (field limits.memory_mb)") || e.Temporary() {
@@ -129,13 +130,13 @@ func TestTypedErrors(t *testing.T) {
 	}
 	// The rate is counted before the body is read: the refused request
 	// took the only token.
-	_, err = c.Exec(ctx(t), &httpapi.ExecRequest{Language: "python", Code: code("2")})
+	_, err = c.Exec(ctx(t), &api.ExecRequest{Language: "python", Code: code("2")})
 	e, ok = client.AsError(err)
-	if !ok || !client.IsCode(err, httpapi.CodeBusy, httpapi.CodeRateLimited) || e.Budget != "tenant.exec_per_minute" || e.Limit == nil || e.RetryAfter <= 0 || client.RetryAfter(err) != e.RetryAfter || !e.Temporary() {
+	if !ok || !client.IsCode(err, api.CodeBusy, api.CodeRateLimited) || e.Budget != "tenant.exec_per_minute" || e.Limit == nil || e.RetryAfter <= 0 || client.RetryAfter(err) != e.RetryAfter || !e.Temporary() {
 		t.Fatalf("rate limit: %#v", err)
 	}
 	wrapped := errors.Join(errors.New("context"), err)
-	if !client.IsCode(wrapped, httpapi.CodeRateLimited) {
+	if !client.IsCode(wrapped, api.CodeRateLimited) {
 		t.Fatal("IsCode does not see a wrapped error")
 	}
 	bad := newClient(t, s, "sbx_wrong")
@@ -143,11 +144,11 @@ func TestTypedErrors(t *testing.T) {
 	if err != nil {
 		t.Fatalf("healthz needs no key: %v", err)
 	}
-	_, err = bad.Exec(ctx(t), &httpapi.ExecRequest{Language: "python", Code: code("1")})
-	if !client.IsCode(err, httpapi.CodeAuth) || client.StatusOf(err) != 401 {
+	_, err = bad.Exec(ctx(t), &api.ExecRequest{Language: "python", Code: code("1")})
+	if !client.IsCode(err, api.CodeAuth) || client.StatusOf(err) != 401 {
 		t.Fatalf("wrong key: %v", err)
 	}
-	if client.IsCode(errors.New("x"), httpapi.CodeAuth) || client.StatusOf(errors.New("x")) != 0 {
+	if client.IsCode(errors.New("x"), api.CodeAuth) || client.StatusOf(errors.New("x")) != 0 {
 		t.Fatal("a plain error is not an API error")
 	}
 	if _, err := client.New("ftp://x", ""); err == nil {
@@ -160,7 +161,7 @@ func ptr[T any](v T) *T { return &v }
 func TestFetch(t *testing.T) {
 	s := apitest.New(t, nil)
 	c := newClient(t, s, apitest.AgentKey)
-	res, err := c.Fetch(ctx(t), &httpapi.FetchRequest{URL: s.PageURL("/page"), Profile: "pages", Format: "markdown"})
+	res, err := c.Fetch(ctx(t), &api.FetchRequest{URL: s.PageURL("/page"), Profile: "pages", Format: "markdown"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -168,16 +169,16 @@ func TestFetch(t *testing.T) {
 		!strings.Contains(res.Content, `nonce="`+res.Nonce+`"`) || strings.Contains(res.Content, "Ignore previous") {
 		t.Fatalf("fetch: %+v", res)
 	}
-	_, err = c.Fetch(ctx(t), &httpapi.FetchRequest{URL: s.PageURL("/pdf"), Profile: "pages"})
+	_, err = c.Fetch(ctx(t), &api.FetchRequest{URL: s.PageURL("/pdf"), Profile: "pages"})
 	e, ok := client.AsError(err)
-	if !ok || e.Code != httpapi.CodeUnsupported || e.ContentType != "application/pdf" || e.Size == nil {
+	if !ok || e.Code != api.CodeUnsupported || e.ContentType != "application/pdf" || e.Size == nil {
 		t.Fatalf("pdf: %#v", err)
 	}
-	_, err = c.Fetch(ctx(t), &httpapi.FetchRequest{URL: "http://10.0.0.1/", Profile: "pages"})
-	if !client.IsCode(err, httpapi.CodeEgressDenied) || client.StatusOf(err) != 403 {
+	_, err = c.Fetch(ctx(t), &api.FetchRequest{URL: "http://10.0.0.1/", Profile: "pages"})
+	if !client.IsCode(err, api.CodeEgressDenied) || client.StatusOf(err) != 403 {
 		t.Fatalf("private address: %v", err)
 	}
-	_, err = c.Fetch(ctx(t), &httpapi.FetchRequest{URL: s.PageURL("/page"), Profile: "pages", Links: "some"})
+	_, err = c.Fetch(ctx(t), &api.FetchRequest{URL: s.PageURL("/page"), Profile: "pages", Links: "some"})
 	if e, _ := client.AsError(err); e == nil || e.Field != "links" {
 		t.Fatalf("bad links: %v", err)
 	}
@@ -193,12 +194,12 @@ func TestAdminProfilesApprovals(t *testing.T) {
 	if err != nil || st.Frozen {
 		t.Fatalf("state: %+v %v", st, err)
 	}
-	st, err = admin.Freeze(ctx(t), &httpapi.FreezeRequest{Reason: "drill"})
+	st, err = admin.Freeze(ctx(t), &api.FreezeRequest{Reason: "drill"})
 	if err != nil || !st.Frozen || st.Reason != "drill" || st.By != "ops-1" {
 		t.Fatalf("freeze: %+v %v", st, err)
 	}
-	_, err = agent.Exec(ctx(t), &httpapi.ExecRequest{Language: "python", Code: code("1")})
-	if !client.IsCode(err, httpapi.CodeFrozen) {
+	_, err = agent.Exec(ctx(t), &api.ExecRequest{Language: "python", Code: code("1")})
+	if !client.IsCode(err, api.CodeFrozen) {
 		t.Fatalf("frozen exec: %v", err)
 	}
 	if st, err = admin.Unfreeze(ctx(t)); err != nil || st.Frozen {
@@ -208,7 +209,7 @@ func TestAdminProfilesApprovals(t *testing.T) {
 		t.Fatalf("freeze without body: %+v %v", st, err)
 	}
 	admin.Unfreeze(ctx(t))
-	if _, err := agent.Freeze(ctx(t), nil); !client.IsCode(err, httpapi.CodeForbidden) {
+	if _, err := agent.Freeze(ctx(t), nil); !client.IsCode(err, api.CodeForbidden) {
 		t.Fatalf("agent freezes: %v", err)
 	}
 
@@ -220,10 +221,10 @@ func TestAdminProfilesApprovals(t *testing.T) {
 	if err != nil || p.Kinds[0] != "exec" || p.Exec["limits"] == nil {
 		t.Fatalf("profile: %+v %v", p, err)
 	}
-	if _, err := sec.Profile(ctx(t), "nope"); !client.IsCode(err, httpapi.CodeNotFound) {
+	if _, err := sec.Profile(ctx(t), "nope"); !client.IsCode(err, api.CodeNotFound) {
 		t.Fatalf("unknown profile: %v", err)
 	}
-	d, err := sec.Evaluate(ctx(t), "pages", &httpapi.EvaluateRequest{URL: s.PageURL("/page")})
+	d, err := sec.Evaluate(ctx(t), "pages", &api.EvaluateRequest{URL: s.PageURL("/page")})
 	if err != nil || d.Decision != "allow" || d.Profile.Name != "pages" {
 		t.Fatalf("evaluate: %+v %v", d, err)
 	}
@@ -240,12 +241,12 @@ func TestAdminProfilesApprovals(t *testing.T) {
 	if err != nil || a.Host != "docs.vendor.test" || a.Status != "pending" {
 		t.Fatalf("approval: %+v %v", a, err)
 	}
-	a, err = sec.DecideApproval(ctx(t), filed.ID, &httpapi.ApprovalDecisionRequest{Decision: "approve", TTL: "1h", Reason: "docs"})
+	a, err = sec.DecideApproval(ctx(t), filed.ID, &api.ApprovalDecisionRequest{Decision: "approve", TTL: "1h", Reason: "docs"})
 	if err != nil || a.Status != "approved" || a.DecidedBy != "security-1" {
 		t.Fatalf("decide: %+v %v", a, err)
 	}
-	_, err = sec.DecideApproval(ctx(t), filed.ID, &httpapi.ApprovalDecisionRequest{Decision: "approve"})
-	if e, _ := client.AsError(err); e == nil || e.Code != httpapi.CodeValidation || e.Field != "ttl" {
+	_, err = sec.DecideApproval(ctx(t), filed.ID, &api.ApprovalDecisionRequest{Decision: "approve"})
+	if e, _ := client.AsError(err); e == nil || e.Code != api.CodeValidation || e.Field != "ttl" {
 		t.Fatalf("approve without ttl: %v", err)
 	}
 }
@@ -255,7 +256,7 @@ func TestAuditAndCaptures(t *testing.T) {
 	agent := newClient(t, s, apitest.AgentKey)
 	rev := newClient(t, s, apitest.ReviewerKey)
 	sec := newClient(t, s, apitest.SecurityKey)
-	res, err := agent.Fetch(ctx(t), &httpapi.FetchRequest{URL: s.PageURL("/text"), Profile: "pages"})
+	res, err := agent.Fetch(ctx(t), &api.FetchRequest{URL: s.PageURL("/text"), Profile: "pages"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -267,7 +268,7 @@ func TestAuditAndCaptures(t *testing.T) {
 	if err != nil || rec.Subject != res.ID || rec.Tenant != "acme" {
 		t.Fatalf("audit record: %+v %v", rec, err)
 	}
-	if _, err := agent.Audit(ctx(t), audit.Filter{}); !client.IsCode(err, httpapi.CodeForbidden) {
+	if _, err := agent.Audit(ctx(t), audit.Filter{}); !client.IsCode(err, api.CodeForbidden) {
 		t.Fatalf("agent reads the audit log: %v", err)
 	}
 	caps, err := rev.Captures(ctx(t), client.CaptureFilter{Kind: "fetch", Limit: 5})
@@ -282,7 +283,7 @@ func TestAuditAndCaptures(t *testing.T) {
 	if err != nil || string(raw) != "plain text page\n" {
 		t.Fatalf("raw: %q %v", raw, err)
 	}
-	if _, err := rev.CaptureRaw(ctx(t), res.CaptureID, "nope"); !client.IsCode(err, httpapi.CodeNotFound) {
+	if _, err := rev.CaptureRaw(ctx(t), res.CaptureID, "nope"); !client.IsCode(err, api.CodeNotFound) {
 		t.Fatalf("unknown part: %v", err)
 	}
 	held, err := sec.HoldCapture(ctx(t), res.CaptureID, true, "case 1")
@@ -320,11 +321,11 @@ func TestServiceEndpoints(t *testing.T) {
 		t.Fatalf("tools: %+v %v", tools, err)
 	}
 	raw, err := c.ToolsJSON(ctx(t), "openai")
-	var oa httpapi.OpenAIToolList
+	var oa api.OpenAIToolList
 	if err != nil || json.Unmarshal(raw, &oa) != nil || oa.Tools[1].Function.Name != httpapi.ToolFetchURL {
 		t.Fatalf("openai tools: %s %v", raw, err)
 	}
-	if _, err := c.ToolsJSON(ctx(t), "xml"); !client.IsCode(err, httpapi.CodeValidation) {
+	if _, err := c.ToolsJSON(ctx(t), "xml"); !client.IsCode(err, api.CodeValidation) {
 		t.Fatalf("xml tools: %v", err)
 	}
 	doc, err := c.OpenAPI(ctx(t))

@@ -10,12 +10,12 @@ import (
 	"strings"
 	"time"
 
-	"github.com/sandboxd/sandboxd/internal/httpapi"
+	"github.com/sandboxd/sandboxd/api"
 )
 
 // Error is an error answer of the API: its HTTP status and the fields of
 // {"error": {"code", "message", "field", ...}}. Code is one of the api
-// package's Code constants (httpapi.CodeValidation, httpapi.CodeRateLimited, ...).
+// package's Code constants (api.CodeValidation, api.CodeRateLimited, ...).
 type Error struct {
 	Status  int
 	Code    string
@@ -60,9 +60,9 @@ func (e *Error) Error() string {
 // the same Idempotency-Key, unavailable, or the upstream of a fetch failed.
 func (e *Error) Temporary() bool {
 	switch e.Code {
-	case httpapi.CodeBusy, httpapi.CodeRateLimited, httpapi.CodeInProgress, httpapi.CodeUnavailable, httpapi.CodeUpstreamTimeout, httpapi.CodeUpstreamError:
+	case api.CodeBusy, api.CodeRateLimited, api.CodeInProgress, api.CodeUnavailable, api.CodeUpstreamTimeout, api.CodeUpstreamError:
 		return true
-	case httpapi.CodeBudgetExceeded:
+	case api.CodeBudgetExceeded:
 		return e.RetryAfter > 0
 	}
 	return false
@@ -105,7 +105,7 @@ func errorOf(resp *http.Response, raw []byte) *Error {
 	if s, err := strconv.Atoi(strings.TrimSpace(resp.Header.Get("Retry-After"))); err == nil && s > 0 {
 		e.RetryAfter = time.Duration(s) * time.Second
 	}
-	var body httpapi.ErrorBody
+	var body api.ErrorBody
 	if err := json.Unmarshal(raw, &body); err == nil && body.Error != nil && body.Error.Code != "" {
 		a := body.Error
 		e.Code, e.Message, e.Field = a.Code, a.Message, a.Field

@@ -38,9 +38,9 @@ import (
 	"github.com/docker/docker/api/types/network"
 	"github.com/docker/docker/client"
 
+	"github.com/sandboxd/sandboxd/api"
 	"github.com/sandboxd/sandboxd/egress/egresstest"
 	"github.com/sandboxd/sandboxd/internal/forensics/audit"
-	"github.com/sandboxd/sandboxd/internal/httpapi"
 	"github.com/sandboxd/sandboxd/internal/logbuf"
 	"github.com/sandboxd/sandboxd/runner"
 )
@@ -266,7 +266,7 @@ func (e *egressEnv) checkTornDown(cli *client.Client) {
 }
 
 // tryExec runs code under profile and returns the response.
-func (e *egressEnv) tryExec(profile, code string) (*httpapi.ExecResponse, error) {
+func (e *egressEnv) tryExec(profile, code string) (*api.ExecResponse, error) {
 	body, _ := json.Marshal(map[string]any{"language": "python", "code": code, "profile": profile})
 	req, _ := http.NewRequest(http.MethodPost, e.base+"/exec", bytes.NewReader(body))
 	req.Header.Set("Authorization", "Bearer "+e.key)
@@ -280,14 +280,14 @@ func (e *egressEnv) tryExec(profile, code string) (*httpapi.ExecResponse, error)
 	if resp.StatusCode != http.StatusOK {
 		return nil, fmt.Errorf("POST /exec (profile %s): %d %s", profile, resp.StatusCode, data)
 	}
-	var r httpapi.ExecResponse
+	var r api.ExecResponse
 	if err := json.Unmarshal(data, &r); err != nil {
 		return nil, err
 	}
 	return &r, nil
 }
 
-func (e *egressEnv) exec(t *testing.T, profile, code string) *httpapi.ExecResponse {
+func (e *egressEnv) exec(t *testing.T, profile, code string) *api.ExecResponse {
 	t.Helper()
 	r, err := e.tryExec(profile, code)
 	if err != nil {
@@ -297,7 +297,7 @@ func (e *egressEnv) exec(t *testing.T, profile, code string) *httpapi.ExecRespon
 }
 
 // execJSON runs code that prints one JSON object and decodes it.
-func (e *egressEnv) execJSON(t *testing.T, profile, code string) (*httpapi.ExecResponse, map[string]any) {
+func (e *egressEnv) execJSON(t *testing.T, profile, code string) (*api.ExecResponse, map[string]any) {
 	t.Helper()
 	r := e.exec(t, profile, code)
 	var out map[string]any

@@ -29,9 +29,9 @@ import (
 	"github.com/docker/docker/api/types/volume"
 	"github.com/docker/docker/client"
 
+	"github.com/sandboxd/sandboxd/api"
 	"github.com/sandboxd/sandboxd/egress/egresstest"
 	"github.com/sandboxd/sandboxd/internal/forensics/audit"
-	"github.com/sandboxd/sandboxd/internal/httpapi"
 	"github.com/sandboxd/sandboxd/internal/logbuf"
 )
 
@@ -188,7 +188,7 @@ func TestFetchEndToEnd(t *testing.T) {
 	if code != 200 {
 		t.Fatalf("fetch: %d %s", code, raw)
 	}
-	var resp httpapi.FetchResponse
+	var resp api.FetchResponse
 	if err := json.Unmarshal(raw, &resp); err != nil {
 		t.Fatal(err)
 	}
@@ -219,7 +219,7 @@ func TestFetchEndToEnd(t *testing.T) {
 	e.get(e.key, "/captures/"+resp.CaptureID, 403)
 	// The fetch's audit record holds every hop's decision and the capture.
 	recs, _ := e.get(e.rev, "/audit?kind=fetch&subject="+resp.ID, 200)
-	var audits httpapi.AuditPage
+	var audits api.AuditPage
 	if err := json.Unmarshal(recs, &audits); err != nil || len(audits.Records) != 1 {
 		t.Fatalf("audit: %v %s", err, recs)
 	}
@@ -395,7 +395,7 @@ func TestExecStreamEndToEnd(t *testing.T) {
 	if stdout.String() != "first\nsecond\n" || strings.Contains(stderr.String(), e2eToken) || !strings.Contains(stderr.String(), "[REDACTED:") {
 		t.Fatalf("streamed stdout %q stderr %q", stdout.String(), stderr.String())
 	}
-	var res httpapi.ExecResponse
+	var res api.ExecResponse
 	if err := json.Unmarshal([]byte(result.data), &res); err != nil || res.Status != "ok" || res.Stdout != "first\nsecond\n" {
 		t.Fatalf("result event: %v %s", err, result.data)
 	}
@@ -408,7 +408,7 @@ func TestExecStreamEndToEnd(t *testing.T) {
 	deadline := time.Now().Add(20 * time.Second)
 	for {
 		body, _ := e.get(e.rev, "/audit?kind=exec&status=killed", 200)
-		var page httpapi.AuditPage
+		var page api.AuditPage
 		json.Unmarshal(body, &page)
 		if len(page.Records) == 1 {
 			break
@@ -490,7 +490,7 @@ except OSError as e:
 		t.Fatalf("the snapshot id did not change with the content: %s", raw2)
 	}
 	recs, _ := e.get(e.rev, "/audit?kind=exec&subject="+body["id"].(string), 200)
-	var page httpapi.AuditPage
+	var page api.AuditPage
 	if err := json.Unmarshal(recs, &page); err != nil || len(page.Records) != 1 || len(page.Records[0].Datasets) != 1 || page.Records[0].Datasets[0].Snapshot != snap1 {
 		t.Fatalf("audit record of the first run: %s", recs)
 	}

@@ -20,6 +20,7 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/sandboxd/sandboxd/api"
 	"github.com/sandboxd/sandboxd/client"
 	"github.com/sandboxd/sandboxd/internal/httpapi"
 	"github.com/sandboxd/sandboxd/mcpserver"
@@ -106,7 +107,7 @@ func stdioMCPServer(ctx context.Context, c *client.Client, log *slog.Logger) (*m
 	defer cancel()
 	defs, err := c.Tools(tctx)
 	if err != nil {
-		if client.IsCode(err, httpapi.CodeAuth, httpapi.CodeForbidden) {
+		if client.IsCode(err, api.CodeAuth, api.CodeForbidden) {
 			return nil, fmt.Errorf("the key is refused by sandboxd: %w", err)
 		}
 		log.Warn("GET /tools failed; serving the tools as this binary describes them", "err", err)

@@ -23,6 +23,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/sandboxd/sandboxd/api"
 	"github.com/sandboxd/sandboxd/client"
 	"github.com/sandboxd/sandboxd/internal/httpapi"
 )
@@ -51,7 +52,7 @@ type stubPlanner struct{ page, profile string }
 func (p stubPlanner) Next(h []step) (*toolCall, string) {
 	switch {
 	case len(h) == 0:
-		args, _ := json.Marshal(httpapi.FetchRequest{URL: p.page, Profile: p.profile})
+		args, _ := json.Marshal(api.FetchRequest{URL: p.page, Profile: p.profile})
 		return &toolCall{Name: httpapi.ToolFetchURL, Args: args}, ""
 	case h[len(h)-1].IsError:
 		return nil, "I could not finish: " + h[len(h)-1].Result
@@ -59,7 +60,7 @@ func (p stubPlanner) Next(h []step) (*toolCall, string) {
 		code := "import sys, collections, re\n" +
 			"words = re.findall(r\"[A-Za-z]{4,}\", sys.stdin.read())\n" +
 			"print(len(words), 'words; most common:', collections.Counter(w.lower() for w in words).most_common(3))\n"
-		args, _ := json.Marshal(httpapi.ExecRequest{Language: "python", Code: &code, Stdin: h[0].Result})
+		args, _ := json.Marshal(api.ExecRequest{Language: "python", Code: &code, Stdin: h[0].Result})
 		return &toolCall{Name: httpapi.ToolRunPython, Args: args}, ""
 	}
 	return nil, "The page has " + strings.TrimSpace(h[len(h)-1].Result)
@@ -99,7 +100,7 @@ func (a *agent) dispatch(ctx context.Context, call *toolCall) (string, bool) {
 	opts := []client.CallOption{client.SessionID(a.session), client.IdempotencyKey(newID())}
 	switch call.Name {
 	case httpapi.ToolRunPython:
-		var req httpapi.ExecRequest
+		var req api.ExecRequest
 		if err := json.Unmarshal(call.Args, &req); err != nil {
 			return "arguments are not valid JSON: " + err.Error(), true
 		}
@@ -112,7 +113,7 @@ func (a *agent) dispatch(ctx context.Context, call *toolCall) (string, bool) {
 		}
 		return res.Stdout, false
 	case httpapi.ToolFetchURL:
-		var req httpapi.FetchRequest
+		var req api.FetchRequest
 		if err := json.Unmarshal(call.Args, &req); err != nil {
 			return "arguments are not valid JSON: " + err.Error(), true
 		}

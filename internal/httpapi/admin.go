@@ -10,34 +10,20 @@ import (
 	"time"
 
 	"github.com/labstack/echo/v4"
+	"github.com/sandboxd/sandboxd/api"
 )
-
-// FreezeRequest is the optional body of POST /admin/freeze.
-type FreezeRequest struct {
-	// KillRunning also kills every queued and running exec.
-	KillRunning bool `json:"kill_running"`
-	// Reason is shown in the FROZEN refusals and the log.
-	Reason string `json:"reason"`
-}
-
-// FreezeResponse answers the freeze endpoints.
-type FreezeResponse struct {
-	FreezeState
-	// Killed is how many execs a freeze with kill_running stopped.
-	Killed int `json:"killed"`
-}
 
 // killWait bounds how long a freeze waits for killed execs to end.
 const killWait = 15 * time.Second
 
 func (s *Server) freezeState(c echo.Context) error {
-	return c.JSON(http.StatusOK, FreezeResponse{FreezeState: *s.ctl.frozen.Load()})
+	return c.JSON(http.StatusOK, api.FreezeResponse{FreezeState: *s.ctl.frozen.Load()})
 }
 
 // freeze serves POST /admin/freeze: every new exec answers 503 FROZEN, at
 // once and after restarts, until POST /admin/unfreeze.
 func (s *Server) freeze(c echo.Context) error {
-	var req FreezeRequest
+	var req api.FreezeRequest
 	body, err := io.ReadAll(http.MaxBytesReader(c.Response(), c.Request().Body, 64<<10))
 	if err != nil {
 		return validation("", "the body could not be read: %v", err)
@@ -51,13 +37,13 @@ func (s *Server) freeze(c echo.Context) error {
 		return validation("reason", "reason is %d bytes; at most 500 are allowed", len(req.Reason))
 	}
 	key := requestKey(c)
-	st := &FreezeState{Frozen: true, Since: time.Now().UTC(), By: key.ID, Reason: req.Reason}
+	st := &api.FreezeState{Frozen: true, Since: time.Now().UTC(), By: key.ID, Reason: req.Reason}
 	// In force at once, stored for restarts. If storing fails the freeze
 	// still holds in this process (fail safe) and the caller is told.
 	s.ctl.frozen.Store(st)
 	log := requestLogger(c, s.log)
 	log.Warn("sandboxd frozen", "by", key.ID, "reason", req.Reason, "kill_running", req.KillRunning)
-	resp := FreezeResponse{FreezeState: *st}
+	resp := api.FreezeResponse{FreezeState: *st}
 	if req.KillRunning {
 		list := s.ctl.killAll(&stopCause{fmt.Sprintf("sandboxd was frozen by an operator (key %s)%s", key.ID, reasonSuffix(req.Reason))})
 		s.ctl.metrics.Cancels.WithLabelValues("freeze").Add(float64(len(list)))
@@ -66,7 +52,7 @@ func (s *Server) freeze(c echo.Context) error {
 	}
 	if err := s.storeFreeze(c.Request().Context(), st); err != nil {
 		log.Error("storing the kill switch failed", "err", err)
-		return &Error{Status: http.StatusInternalServerError, Code: CodeInternal,
+		return &api.Error{Status: http.StatusInternalServerError, Code: api.CodeInternal,
 			Message: "sandboxd is frozen now, but the store failed to record it, so the freeze would not survive a restart; retry the request"}
 	}
 	if err := s.auditAdmin(c, "freeze", "", req.Reason, map[string]string{"kill_running": fmt.Sprint(req.KillRunning), "killed": fmt.Sprint(resp.Killed)}); err != nil {
@@ -79,20 +65,20 @@ func (s *Server) freeze(c echo.Context) error {
 // that fails, sandboxd stays frozen.
 func (s *Server) unfreeze(c echo.Context) error {
 	key := requestKey(c)
-	st := &FreezeState{Frozen: false, Since: time.Now().UTC(), By: key.ID}
+	st := &api.FreezeState{Frozen: false, Since: time.Now().UTC(), By: key.ID}
 	if err := s.storeFreeze(c.Request().Context(), st); err != nil {
 		requestLogger(c, s.log).Error("storing the kill switch failed", "err", err)
-		return &Error{Status: http.StatusInternalServerError, Code: CodeInternal, Message: "the store failed to record the unfreeze, so sandboxd stays frozen; retry the request"}
+		return &api.Error{Status: http.StatusInternalServerError, Code: api.CodeInternal, Message: "the store failed to record the unfreeze, so sandboxd stays frozen; retry the request"}
 	}
 	s.ctl.frozen.Store(st)
 	requestLogger(c, s.log).Warn("sandboxd unfrozen", "by", key.ID)
 	if err := s.auditAdmin(c, "unfreeze", "", "", nil); err != nil {
 		return err
 	}
-	return c.JSON(http.StatusOK, FreezeResponse{FreezeState: *st})
+	return c.JSON(http.StatusOK, api.FreezeResponse{FreezeState: *st})
 }
 
-func (s *Server) storeFreeze(ctx context.Context, st *FreezeState) error {
+func (s *Server) storeFreeze(ctx context.Context, st *api.FreezeState) error {
 	b, err := json.Marshal(st)
 	if err != nil {
 		return err

@@ -9,19 +9,10 @@ import (
 	"github.com/labstack/echo/v4"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/sandboxd/sandboxd/api"
 	"github.com/sandboxd/sandboxd/internal/auth"
 	"github.com/sandboxd/sandboxd/mcpserver"
 )
-
-// The OpenAPI 3.1 document of the HTTP API, served at GET /openapi.yaml.
-// openapi_test.go drives every route and validates the answers against it,
-// and fails when a route is missing from it.
-//
-//go:embed openapi.yaml
-var openAPIDocument []byte
-
-// OpenAPIDocument returns the OpenAPI 3.1 document of the HTTP API (YAML).
-func OpenAPIDocument() []byte { return bytes.Clone(openAPIDocument) }
 
 // agentRoutes registers what agent runtimes integrate with:
 //
@@ -49,7 +40,7 @@ func (s *Server) agentRoutes(e *echo.Echo) {
 }
 
 func (s *Server) openAPI(c echo.Context) error {
-	return c.Blob(http.StatusOK, "application/yaml", openAPIDocument)
+	return c.Blob(http.StatusOK, "application/yaml", api.OpenAPIDocument())
 }
 
 // mcpServer builds the MCP server of one /mcp request: the tools as GET

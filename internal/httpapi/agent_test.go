@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+	"github.com/sandboxd/sandboxd/api"
 )
 
 // bearer adds a key to every request, as an MCP host configured with one
@@ -93,7 +94,7 @@ func TestMCPOverStreamableHTTP(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defs := map[string]ToolDefinition{}
+	defs := map[string]api.ToolDefinition{}
 	for _, d := range f.srv.ToolDefinitions() {
 		defs[d.Name] = d
 	}
@@ -210,7 +211,7 @@ func TestToolsEndpoint(t *testing.T) {
 		return rec.Code, rec.Body.Bytes()
 	}
 	code, raw := get("/tools")
-	var generic ToolList
+	var generic api.ToolList
 	if code != 200 || json.Unmarshal(raw, &generic) != nil || len(generic.Tools) != 2 {
 		t.Fatalf("GET /tools: %d %s", code, raw)
 	}
@@ -228,12 +229,12 @@ func TestToolsEndpoint(t *testing.T) {
 	if strings.Contains(fetch.Description, "- none:") {
 		t.Errorf("fetch_url lists the built-in none profile")
 	}
-	if string(compact(t, run.InputSchema)) != string(compact(t, ExecRequestSchema())) || string(compact(t, fetch.InputSchema)) != string(compact(t, FetchRequestSchema())) {
+	if string(compact(t, run.InputSchema)) != string(compact(t, api.ExecRequestSchema())) || string(compact(t, fetch.InputSchema)) != string(compact(t, api.FetchRequestSchema())) {
 		t.Errorf("the tools' input schemas are not the request schemas")
 	}
 
 	code, raw = get("/tools?format=openai")
-	var oa OpenAIToolList
+	var oa api.OpenAIToolList
 	if code != 200 || json.Unmarshal(raw, &oa) != nil || len(oa.Tools) != 2 || oa.Tools[0].Type != "function" || oa.Tools[0].Function.Name != ToolRunPython {
 		t.Fatalf("openai: %d %s", code, raw)
 	}

@@ -9,14 +9,11 @@ import (
 
 	"github.com/labstack/echo/v4"
 
+	"github.com/sandboxd/sandboxd/api"
 	"github.com/sandboxd/sandboxd/egress/approval"
 	"github.com/sandboxd/sandboxd/internal/auth"
 	"github.com/sandboxd/sandboxd/internal/store"
 )
-
-// CodeApprovalExpired answers a decision on an approval that has expired
-// (409): the next request to its host files a new one, to decide instead.
-const CodeApprovalExpired = "APPROVAL_EXPIRED"
 
 // approvalRoutes registers the approval endpoints, for security teams:
 //
@@ -53,47 +50,13 @@ func (s *Server) ExecIdentity(execID string) (tenant, keyID string, ok bool) {
 	return l.tenant, l.keyID, true
 }
 
-// ApprovalView is one approval request and its decision, as the API shows it.
-type ApprovalView struct {
-	ID string `json:"id"`
-	// Status is pending, approved, rejected or expired.
-	Status         string `json:"status"`
-	Profile        string `json:"profile"`
-	ProfileVersion string `json:"profile_version"`
-	Host           string `json:"host"`
-	Port           int    `json:"port"`
-	Method         string `json:"method"`
-	// URL is the first request's URL without its query.
-	URL string `json:"url"`
-	// Tenant, KeyID and Client (exec id) name who asked first.
-	Tenant    string    `json:"tenant"`
-	KeyID     string    `json:"key_id"`
-	Client    string    `json:"client"`
-	Count     int64     `json:"count"`
-	FirstSeen time.Time `json:"first_seen"`
-	LastSeen  time.Time `json:"last_seen"`
-	// DecidedBy is the key id of the person who decided, with its tenant.
-	DecidedBy       string    `json:"decided_by,omitempty"`
-	DecidedByTenant string    `json:"decided_by_tenant,omitempty"`
-	DecidedAt       time.Time `json:"decided_at,omitzero"`
-	Reason          string    `json:"reason,omitempty"`
-	// ExpiresAt ends an approval.
-	ExpiresAt time.Time `json:"expires_at,omitzero"`
-}
-
-func approvalView(a *store.Approval, now time.Time) ApprovalView {
-	return ApprovalView{
+func approvalView(a *store.Approval, now time.Time) api.ApprovalView {
+	return api.ApprovalView{
 		ID: a.ID, Status: a.Status(now), Profile: a.Profile, ProfileVersion: a.ProfileVersion,
 		Host: a.Host, Port: a.Port, Method: a.Method, URL: a.URL,
 		Tenant: a.Tenant, KeyID: a.KeyID, Client: a.Client, Count: a.Count, FirstSeen: a.FirstSeen, LastSeen: a.LastSeen,
 		DecidedBy: a.DecidedBy, DecidedByTenant: a.DecidedTenant, DecidedAt: a.DecidedAt, Reason: a.Reason, ExpiresAt: a.ExpiresAt,
 	}
-}
-
-// ApprovalList is the body of GET /approvals.
-type ApprovalList struct {
-	Status    string         `json:"status"`
-	Approvals []ApprovalView `json:"approvals"`
 }
 
 const maxApprovalList = 1000
@@ -129,7 +92,7 @@ func (s *Server) listApprovals(c echo.Context) error {
 		return err
 	}
 	now := s.approvals.Now()
-	out := ApprovalList{Status: q.Get("status"), Approvals: make([]ApprovalView, 0, len(list))}
+	out := api.ApprovalList{Status: q.Get("status"), Approvals: make([]api.ApprovalView, 0, len(list))}
 	if out.Status == "" {
 		out.Status = store.ApprovalPending
 	}
@@ -147,19 +110,8 @@ func (s *Server) getApproval(c echo.Context) error {
 	return c.JSON(http.StatusOK, approvalView(a, s.approvals.Now()))
 }
 
-// ApprovalDecisionRequest is the body of POST /approvals/{id}.
-type ApprovalDecisionRequest struct {
-	// Decision is "approve" or "reject".
-	Decision string `json:"decision"`
-	// TTL is how long an approval lasts ("24h", "90m", "7d"; 1m to 30
-	// days); required to approve, refused with reject.
-	TTL string `json:"ttl"`
-	// Reason is optional, kept and logged.
-	Reason string `json:"reason"`
-}
-
 func (s *Server) decideApproval(c echo.Context) error {
-	var body ApprovalDecisionRequest
+	var body api.ApprovalDecisionRequest
 	if err := decodeJSON(c, 16<<10, &body); err != nil {
 		return err
 	}
@@ -183,10 +135,10 @@ func approvalError(id string, err error) error {
 	case errors.As(err, &ve):
 		return validation(ve.Field, "%s", ve.Msg)
 	case errors.Is(err, store.ErrNotFound):
-		return &Error{Status: http.StatusNotFound, Code: CodeNotFound, Field: "id",
+		return &api.Error{Status: http.StatusNotFound, Code: api.CodeNotFound, Field: "id",
 			Message: fmt.Sprintf("no approval request is named %q; GET /approvals?status=all lists them", id)}
 	case errors.Is(err, store.ErrApprovalExpired):
-		return &Error{Status: http.StatusConflict, Code: CodeApprovalExpired, Field: "id",
+		return &api.Error{Status: http.StatusConflict, Code: api.CodeApprovalExpired, Field: "id",
 			Message: err.Error() + "; it allows nothing now, and the next request to its host files a new approval request to decide instead"}
 	}
 	return err

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sandboxd/sandboxd/api"
 	"github.com/sandboxd/sandboxd/egress"
 	"github.com/sandboxd/sandboxd/egress/approval"
 	"github.com/sandboxd/sandboxd/internal/logbuf"
@@ -87,13 +88,13 @@ func TestApprovalsAPI(t *testing.T) {
 	f.request("https://docs.example/other")
 
 	// Roles: agents neither list nor decide; no key is 401.
-	if code, body := f.do(t, "GET", "/approvals?status=pending", egressKeyAgent, ""); code != 403 || errCode(body) != CodeForbidden {
+	if code, body := f.do(t, "GET", "/approvals?status=pending", egressKeyAgent, ""); code != 403 || errCode(body) != api.CodeForbidden {
 		t.Errorf("agent lists: %d %v", code, body)
 	}
-	if code, body := f.do(t, "GET", "/approvals/"+id, egressKeyAgent, ""); code != 403 || errCode(body) != CodeForbidden {
+	if code, body := f.do(t, "GET", "/approvals/"+id, egressKeyAgent, ""); code != 403 || errCode(body) != api.CodeForbidden {
 		t.Errorf("agent gets: %d %v", code, body)
 	}
-	if code, body := f.do(t, "POST", "/approvals/"+id, egressKeyAgent, `{"decision": "approve", "ttl": "24h"}`); code != 403 || errCode(body) != CodeForbidden {
+	if code, body := f.do(t, "POST", "/approvals/"+id, egressKeyAgent, `{"decision": "approve", "ttl": "24h"}`); code != 403 || errCode(body) != api.CodeForbidden {
 		t.Errorf("agent approves: %d %v", code, body)
 	}
 	if code, _ := f.do(t, "GET", "/approvals", "", ""); code != 401 {
@@ -134,17 +135,17 @@ func TestApprovalsAPI(t *testing.T) {
 	} {
 		code, body := f.do(t, "POST", "/approvals/"+id, egressKeySecurity, tc.body)
 		e, _ := body["error"].(map[string]any)
-		if code != 400 || errCode(body) != CodeValidation || (tc.field != "" && e["field"] != tc.field) {
+		if code != 400 || errCode(body) != api.CodeValidation || (tc.field != "" && e["field"] != tc.field) {
 			t.Errorf("%s: %d %v; want 400 VALIDATION on %q", tc.body, code, body, tc.field)
 		}
 	}
-	if code, body := f.do(t, "POST", "/approvals/ap_00000000000000000000", egressKeySecurity, `{"decision": "reject"}`); code != 404 || errCode(body) != CodeNotFound {
+	if code, body := f.do(t, "POST", "/approvals/ap_00000000000000000000", egressKeySecurity, `{"decision": "reject"}`); code != 404 || errCode(body) != api.CodeNotFound {
 		t.Errorf("unknown id: %d %v", code, body)
 	}
-	if code, body := f.do(t, "GET", "/approvals/nope", egressKeySecurity, ""); code != 404 || errCode(body) != CodeNotFound {
+	if code, body := f.do(t, "GET", "/approvals/nope", egressKeySecurity, ""); code != 404 || errCode(body) != api.CodeNotFound {
 		t.Errorf("get unknown id: %d %v", code, body)
 	}
-	if code, body := f.do(t, "GET", "/approvals?status=maybe", egressKeySecurity, ""); code != 400 || errCode(body) != CodeValidation {
+	if code, body := f.do(t, "GET", "/approvals?status=maybe", egressKeySecurity, ""); code != 400 || errCode(body) != api.CodeValidation {
 		t.Errorf("bad status: %d %v", code, body)
 	}
 	if d := f.request("https://docs.example/"); d.Allow {
@@ -192,7 +193,7 @@ func TestApprovalsAPI(t *testing.T) {
 	if d.Allow || d.Code != egress.CodeApproval || d.ApprovalID == id {
 		t.Fatalf("after expiry: %v %s %s", d.Allow, d.Code, d.ApprovalID)
 	}
-	if code, body := f.do(t, "POST", "/approvals/"+id, egressKeySecurity, `{"decision": "approve", "ttl": "1h"}`); code != 409 || errCode(body) != CodeApprovalExpired {
+	if code, body := f.do(t, "POST", "/approvals/"+id, egressKeySecurity, `{"decision": "approve", "ttl": "1h"}`); code != 409 || errCode(body) != api.CodeApprovalExpired {
 		t.Errorf("deciding an expired approval: %d %v", code, body)
 	}
 	if code, body := f.do(t, "GET", "/approvals/"+id, egressKeySecurity, ""); code != 200 || body["status"] != "expired" {
@@ -209,7 +210,7 @@ func TestApprovalsAPI(t *testing.T) {
 	if code, body := f.do(t, "GET", "/approvals?status=all&host=docs.example", egressKeySecurity, ""); code != 200 || len(body["approvals"].([]any)) != 2 {
 		t.Errorf("all of docs.example: %v", body)
 	}
-	if code, body := f.do(t, "GET", "/approvals?bogus=1", egressKeySecurity, ""); code != 400 || errCode(body) != CodeValidation {
+	if code, body := f.do(t, "GET", "/approvals?bogus=1", egressKeySecurity, ""); code != 400 || errCode(body) != api.CodeValidation {
 		t.Errorf("unknown parameter: %d %v", code, body)
 	}
 }

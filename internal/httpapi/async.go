@@ -9,6 +9,7 @@ import (
 
 	"github.com/labstack/echo/v4"
 
+	"github.com/sandboxd/sandboxd/api"
 	"github.com/sandboxd/sandboxd/internal/store"
 )
 
@@ -48,15 +49,15 @@ func (s *Server) deleteExec(c echo.Context) error {
 	return c.JSON(http.StatusOK, st)
 }
 
-func (s *Server) execState(c echo.Context, id string) (*ExecState, error) {
+func (s *Server) execState(c echo.Context, id string) (*api.ExecState, error) {
 	key := requestKey(c)
-	notFound := &Error{Status: http.StatusNotFound, Code: CodeNotFound,
+	notFound := &api.Error{Status: http.StatusNotFound, Code: api.CodeNotFound,
 		Message: fmt.Sprintf("no exec %q visible to this key: ids of async execs are kept for %s, those of synchronous ones only while they run", id, s.ctl.cfg.AsyncTTL)}
 	if l := s.ctl.lookup(id); l != nil {
 		if !canSee(key, l.tenant) {
 			return nil, notFound
 		}
-		st := &ExecState{ID: id, Status: stateQueued, CreatedAt: l.created}
+		st := &api.ExecState{ID: id, Status: stateQueued, CreatedAt: l.created}
 		if t := l.startedAt(); !t.IsZero() {
 			st.Status, st.StartedAt = stateRunning, &t
 		}
@@ -74,7 +75,7 @@ func (s *Server) execState(c echo.Context, id string) (*ExecState, error) {
 	if !canSee(key, rec.Tenant) {
 		return nil, notFound
 	}
-	var st ExecState
+	var st api.ExecState
 	if err := json.Unmarshal(rec.Body, &st); err != nil {
 		return nil, fmt.Errorf("stored state of exec %s: %w", id, err)
 	}

@@ -12,14 +12,11 @@ import (
 
 	"github.com/labstack/echo/v4"
 
+	"github.com/sandboxd/sandboxd/api"
 	"github.com/sandboxd/sandboxd/browse"
 	"github.com/sandboxd/sandboxd/internal/forensics/audit"
 	"github.com/sandboxd/sandboxd/internal/forensics/capture"
 )
-
-// CodeAuditUnavailable: the action happened but its audit record could not
-// be written, so its result is withheld.
-const CodeAuditUnavailable = "AUDIT_UNAVAILABLE"
 
 // auditMeta is what every audit record of a request carries.
 type auditMeta struct {
@@ -48,7 +45,7 @@ func (s *Server) appendAudit(r *audit.Record, a *answer, what string) *answer {
 	defer cancel()
 	if err := s.audit.Append(ctx, r); err != nil {
 		s.log.Error("writing an audit record failed; the answer is withheld", "kind", r.Kind, "subject", r.Subject, "err", err)
-		e := errAnswer(&Error{Status: http.StatusServiceUnavailable, Code: CodeAuditUnavailable,
+		e := errAnswer(&api.Error{Status: http.StatusServiceUnavailable, Code: api.CodeAuditUnavailable,
 			Message: fmt.Sprintf("%s finished, but its audit record could not be written, so its result is withheld; the operator must repair the audit log (the request id names it in the log)", what)})
 		e.keep = a.keep
 		return e
@@ -182,7 +179,7 @@ func outputBytes(text, b64 string) []byte {
 
 // auditFetch appends a fetch's audit record: every hop's decision, the
 // hosts, the capture and what was returned.
-func (s *Server) auditFetch(j *fetchJob, res *browse.Result, a *answer, resp *FetchResponse, captureID string) *answer {
+func (s *Server) auditFetch(j *fetchJob, res *browse.Result, a *answer, resp *api.FetchResponse, captureID string) *answer {
 	r := j.meta.record(audit.KindFetch)
 	r.Subject = j.id
 	r.RequestSHA256 = j.reqHash

@@ -9,16 +9,17 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/sandboxd/sandboxd/api"
 	"github.com/sandboxd/sandboxd/internal/forensics/audit"
 	"github.com/sandboxd/sandboxd/runner"
 )
 
-func auditPage(t *testing.T, r *reply) AuditPage {
+func auditPage(t *testing.T, r *reply) api.AuditPage {
 	t.Helper()
 	if r.code != 200 {
 		t.Fatalf("GET /audit: %d %s", r.code, r.raw)
 	}
-	var p AuditPage
+	var p api.AuditPage
 	if err := json.Unmarshal(r.raw, &p); err != nil {
 		t.Fatal(err)
 	}
@@ -140,7 +141,7 @@ func TestAuditFailureWithholdsTheResult(t *testing.T) {
 	f.srv.audit = failingLog{real}
 	defer func() { f.srv.audit = real }()
 	r := f.exec(code1, "Idempotency-Key", "audit-k")
-	if r.code != 503 || r.errCode() != CodeAuditUnavailable || strings.Contains(string(r.raw), `"stdout"`) {
+	if r.code != 503 || r.errCode() != api.CodeAuditUnavailable || strings.Contains(string(r.raw), `"stdout"`) {
 		t.Fatalf("exec with a failing audit log: %d %s", r.code, r.raw)
 	}
 	// The retry does not run the code again.
@@ -162,10 +163,10 @@ func TestAuditFailureWithholdsASessionFile(t *testing.T) {
 	real := f.srv.audit
 	f.srv.audit = failingLog{real}
 	defer func() { f.srv.audit = real }()
-	if r := f.req(http.MethodGet, "/sessions/"+id+"/files/a.txt", keyAgent, ""); r.code != 503 || r.errCode() != CodeAuditUnavailable || strings.Contains(string(r.raw), secret) {
+	if r := f.req(http.MethodGet, "/sessions/"+id+"/files/a.txt", keyAgent, ""); r.code != 503 || r.errCode() != api.CodeAuditUnavailable || strings.Contains(string(r.raw), secret) {
 		t.Fatalf("get with a failing audit log: %d %s", r.code, r.raw)
 	}
-	if r := f.req(http.MethodPost, "/sessions/"+id+"/files", keyAgent, `{"files":[{"path":"b.txt","content":"`+secret+`"}]}`); r.code != 503 || r.errCode() != CodeAuditUnavailable {
+	if r := f.req(http.MethodPost, "/sessions/"+id+"/files", keyAgent, `{"files":[{"path":"b.txt","content":"`+secret+`"}]}`); r.code != 503 || r.errCode() != api.CodeAuditUnavailable {
 		t.Fatalf("put with a failing audit log: %d %s", r.code, r.raw)
 	}
 }
@@ -179,7 +180,7 @@ func TestAuditFailureWithholdsACapture(t *testing.T) {
 	f.srv.audit = failingLog{real}
 	defer func() { f.srv.audit = real }()
 	for _, p := range []string{"/captures/" + capID, "/captures/" + capID + "/raw?part=code"} {
-		if r := f.req(http.MethodGet, p, keyRev, ""); r.code != 503 || r.errCode() != CodeAuditUnavailable || strings.Contains(string(r.raw), "kept back") {
+		if r := f.req(http.MethodGet, p, keyRev, ""); r.code != 503 || r.errCode() != api.CodeAuditUnavailable || strings.Contains(string(r.raw), "kept back") {
 			t.Errorf("GET %s with a failing audit log: %d %s", p, r.code, r.raw)
 		}
 	}

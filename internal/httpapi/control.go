@@ -16,22 +16,12 @@ import (
 
 	"github.com/labstack/echo/v4"
 
+	"github.com/sandboxd/sandboxd/api"
 	"github.com/sandboxd/sandboxd/internal/auth"
 	"github.com/sandboxd/sandboxd/internal/control/budget"
 	"github.com/sandboxd/sandboxd/internal/control/loopguard"
 	"github.com/sandboxd/sandboxd/internal/metrics"
 	"github.com/sandboxd/sandboxd/internal/store"
-)
-
-// Error codes of the control plane.
-const (
-	CodeFrozen              = "FROZEN"
-	CodeRateLimited         = budget.CodeRateLimited
-	CodeBudgetExceeded      = budget.CodeBudgetExceeded
-	CodeLoopDetected        = "LOOP_DETECTED"
-	CodeIdempotencyMismatch = "IDEMPOTENCY_MISMATCH"
-	CodeInProgress          = "IN_PROGRESS"
-	CodeInterrupted         = "INTERRUPTED"
 )
 
 // Control configures the control plane: idempotency, asynchronous runs,
@@ -71,7 +61,7 @@ type control struct {
 	// sessions are the server's sessions (sessions.go).
 	sessions *sessionMgr
 
-	frozen atomic.Pointer[FreezeState]
+	frozen atomic.Pointer[api.FreezeState]
 
 	mu   sync.Mutex
 	live map[string]*liveExec // by exec id: queued and running execs
@@ -81,14 +71,6 @@ type control struct {
 
 	stopJanitor context.CancelFunc
 	janitorDone chan struct{}
-}
-
-// FreezeState is the kill switch's state, stored as the "freeze" setting.
-type FreezeState struct {
-	Frozen bool      `json:"frozen"`
-	Since  time.Time `json:"since,omitzero"`
-	By     string    `json:"by,omitempty"`
-	Reason string    `json:"reason,omitempty"`
 }
 
 const freezeSetting = "freeze"
@@ -134,15 +116,15 @@ func (s *Server) initControl() {
 
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	st := &FreezeState{}
+	st := &api.FreezeState{}
 	if v, ok, err := ctl.store.Setting(ctx, freezeSetting); err != nil {
 		// Fail safe: a kill switch that cannot be read is on.
 		s.log.Error("reading the kill switch from the store failed; starting frozen (POST /admin/unfreeze lifts it)", "err", err)
-		st = &FreezeState{Frozen: true, Since: time.Now().UTC(), By: "sandboxd", Reason: "the stored kill switch could not be read at start-up"}
+		st = &api.FreezeState{Frozen: true, Since: time.Now().UTC(), By: "sandboxd", Reason: "the stored kill switch could not be read at start-up"}
 	} else if ok {
 		if err := json.Unmarshal([]byte(v), st); err != nil {
 			s.log.Error("the stored kill switch is malformed; starting frozen", "err", err)
-			st = &FreezeState{Frozen: true, Since: time.Now().UTC(), By: "sandboxd", Reason: "the stored kill switch was malformed"}
+			st = &api.FreezeState{Frozen: true, Since: time.Now().UTC(), By: "sandboxd", Reason: "the stored kill switch was malformed"}
 		}
 	}
 	ctl.frozen.Store(st)
@@ -233,15 +215,15 @@ func (s *Server) janitor(ctx context.Context) {
 const sessionRetention = 7 * 24 * time.Hour
 
 // refusal counts a control-plane refusal and returns it.
-func (s *Server) refusal(e *Error) *Error {
+func (s *Server) refusal(e *api.Error) *api.Error {
 	s.ctl.metrics.Refusals.WithLabelValues(e.Code, e.Budget).Inc()
 	return e
 }
 
 // budgetError turns a limiter refusal into a 429.
-func (s *Server) budgetError(r *budget.Refusal) *Error {
+func (s *Server) budgetError(r *budget.Refusal) *api.Error {
 	limit, used := r.Limit, r.Used
-	e := &Error{Status: http.StatusTooManyRequests, Code: r.Code, Message: r.Message, Budget: r.Budget, Limit: &limit}
+	e := &api.Error{Status: http.StatusTooManyRequests, Code: r.Code, Message: r.Message, Budget: r.Budget, Limit: &limit}
 	if r.Code == budget.CodeBudgetExceeded || r.Budget == budget.TenantConcurrentExecs {
 		e.Used = &used
 	}

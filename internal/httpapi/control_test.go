@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sandboxd/sandboxd/api"
 	"github.com/sandboxd/sandboxd/internal/auth"
 	"github.com/sandboxd/sandboxd/internal/control/admit"
 	"github.com/sandboxd/sandboxd/internal/control/budget"
@@ -46,7 +47,7 @@ const (
 	keySec   = "sbx_security_other_01234"
 )
 
-var ctlSet = sync.OnceValues(func() (*profiles.Set, error) { return profiles.Load("../profiles") })
+var ctlSet = sync.OnceValues(func() (*profiles.Set, error) { return profiles.Load("../../profiles") })
 
 func ring(t testing.TB) *auth.Keyring {
 	p := filepath.Join(t.TempDir(), "keys.yaml")
@@ -241,7 +242,7 @@ func TestIdempotencyMismatch(t *testing.T) {
 		{code1, []string{"X-Session-Id", "s1"}},
 	} {
 		r := f.exec(tc.body, append([]string{"Idempotency-Key", "k-2"}, tc.headers...)...)
-		if r.code != 422 || r.errCode() != CodeIdempotencyMismatch {
+		if r.code != 422 || r.errCode() != api.CodeIdempotencyMismatch {
 			t.Errorf("%s %v: %d %s, want 422 IDEMPOTENCY_MISMATCH", tc.body, tc.headers, r.code, r.raw)
 		}
 	}
@@ -249,7 +250,7 @@ func TestIdempotencyMismatch(t *testing.T) {
 		t.Fatalf("%d runs, want 1", n)
 	}
 	for _, bad := range []string{"has space", strings.Repeat("x", 256)} {
-		if r := f.exec(code1, "Idempotency-Key", bad); r.code != 400 || r.errCode() != CodeValidation {
+		if r := f.exec(code1, "Idempotency-Key", bad); r.code != 400 || r.errCode() != api.CodeValidation {
 			t.Errorf("key %q: %d %s", bad, r.code, r.raw)
 		}
 	}
@@ -296,7 +297,7 @@ func TestIdempotentInProgress(t *testing.T) {
 	go func() { done <- f.exec(code1, "Idempotency-Key", "k-p") }()
 	f.waitRunning(1)
 	r := f.exec(code1, "Idempotency-Key", "k-p")
-	if r.code != 409 || r.errCode() != CodeInProgress || r.header.Get("Retry-After") == "" {
+	if r.code != 409 || r.errCode() != api.CodeInProgress || r.header.Get("Retry-After") == "" {
 		t.Fatalf("while running: %d %s", r.code, r.raw)
 	}
 	close(f.eng.block)
@@ -340,7 +341,7 @@ func TestIdempotentInterruptedByCrash(t *testing.T) {
 	f.crash()
 	f.start()
 	r := f.exec(code1, "Idempotency-Key", "k-crash")
-	if r.code != 409 || r.errCode() != CodeInterrupted || !strings.Contains(r.raw2(), "not run again") {
+	if r.code != 409 || r.errCode() != api.CodeInterrupted || !strings.Contains(r.raw2(), "not run again") {
 		t.Fatalf("retry after crash: %d %s", r.code, r.raw)
 	}
 	if n := f.runs(); n != 1 {
@@ -359,7 +360,7 @@ func (r *reply) raw2() string { return string(r.raw) }
 func TestIdempotencyKeyReleasedOnRefusal(t *testing.T) {
 	f := newCtl(t, "", time.Second)
 	f.req(http.MethodPost, "/admin/freeze", keyAdmin, "")
-	if r := f.exec(code1, "Idempotency-Key", "k-r"); r.code != 503 || r.errCode() != CodeFrozen {
+	if r := f.exec(code1, "Idempotency-Key", "k-r"); r.code != 503 || r.errCode() != api.CodeFrozen {
 		t.Fatalf("frozen: %d %s", r.code, r.raw)
 	}
 	f.req(http.MethodPost, "/admin/unfreeze", keyAdmin, "")
@@ -402,7 +403,7 @@ func TestAsyncRunGetAndCancel(t *testing.T) {
 	if g := f.getExec(id, keyAdmin); g.code != 200 || g.body["status"] != "killed" {
 		t.Fatalf("GET as admin: %d %s", g.code, g.raw)
 	}
-	if g := f.getExec("ex_nope", keyAgent); g.code != 404 || g.errCode() != CodeNotFound {
+	if g := f.getExec("ex_nope", keyAgent); g.code != 404 || g.errCode() != api.CodeNotFound {
 		t.Fatalf("unknown id: %d %s", g.code, g.raw)
 	}
 }
@@ -491,12 +492,12 @@ func TestFreezeDuringLoad(t *testing.T) {
 			t.Errorf("killed exec: %d %s", r.code, r.raw)
 		}
 	}
-	if r := f.exec(code1); r.code != 503 || r.errCode() != CodeFrozen || !strings.Contains(r.raw2(), "incident 42") {
+	if r := f.exec(code1); r.code != 503 || r.errCode() != api.CodeFrozen || !strings.Contains(r.raw2(), "incident 42") {
 		t.Fatalf("new exec while frozen: %d %s", r.code, r.raw)
 	}
 	f.stop()
 	f.start()
-	if r := f.exec(code1); r.code != 503 || r.errCode() != CodeFrozen {
+	if r := f.exec(code1); r.code != 503 || r.errCode() != api.CodeFrozen {
 		t.Fatalf("after restart: %d %s", r.code, r.raw)
 	}
 	if g := f.req(http.MethodGet, "/admin/freeze", keyAdmin, ""); g.body["frozen"] != true || g.body["by"] != "ops-1" {
@@ -520,7 +521,7 @@ func TestRateLimitBurst(t *testing.T) {
 	}
 	r := f.exec(code1)
 	e, _ := r.body["error"].(map[string]any)
-	if r.code != 429 || r.errCode() != CodeRateLimited || e["budget"] != budget.TenantExecRate || e["limit"].(float64) != 3 || r.header.Get("Retry-After") != "20" {
+	if r.code != 429 || r.errCode() != api.CodeRateLimited || e["budget"] != budget.TenantExecRate || e["limit"].(float64) != 3 || r.header.Get("Retry-After") != "20" {
 		t.Fatalf("4th: %d %s Retry-After %q", r.code, r.raw, r.header.Get("Retry-After"))
 	}
 	// Another tenant is not affected.
@@ -546,7 +547,7 @@ func TestSessionCPUBudget(t *testing.T) {
 	}
 	r = f.exec(`{"language":"python","code":"print(3)"}`, "X-Session-Id", "s-cpu")
 	e, _ := r.body["error"].(map[string]any)
-	if r.code != 429 || r.errCode() != CodeBudgetExceeded || e["budget"] != budget.SessionCPU || e["used"].(float64) != 2.4 || r.header.Get("Retry-After") != "" {
+	if r.code != 429 || r.errCode() != api.CodeBudgetExceeded || e["budget"] != budget.SessionCPU || e["used"].(float64) != 2.4 || r.header.Get("Retry-After") != "" {
 		t.Fatalf("past the budget: %d %s", r.code, r.raw)
 	}
 	if f.runs() != 2 {
@@ -587,7 +588,7 @@ func TestLoopGuard(t *testing.T) {
 		}
 	}
 	r := f.exec(code1, h...)
-	if r.code != 409 || r.errCode() != CodeLoopDetected || !strings.Contains(r.raw2(), "different approach") {
+	if r.code != 409 || r.errCode() != api.CodeLoopDetected || !strings.Contains(r.raw2(), "different approach") {
 		t.Fatalf("third identical call: %d %s", r.code, r.raw)
 	}
 	if f.runs() != 2 {

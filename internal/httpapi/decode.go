@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"github.com/labstack/echo/v4"
+	"github.com/sandboxd/sandboxd/api"
 )
 
 // decodeJSON reads one JSON object from the request body into v, refusing
@@ -41,7 +42,7 @@ func decodeJSONFrom(r io.Reader, maxBytes int64, v any) error {
 	return nil
 }
 
-func jsonError(err error, maxBytes int64) *Error {
+func jsonError(err error, maxBytes int64) *api.Error {
 	var (
 		syn *json.SyntaxError
 		typ *json.UnmarshalTypeError

@@ -10,6 +10,7 @@ import (
 
 	"github.com/labstack/echo/v4"
 
+	"github.com/sandboxd/sandboxd/api"
 	"github.com/sandboxd/sandboxd/egress"
 	"github.com/sandboxd/sandboxd/internal/auth"
 )
@@ -26,54 +27,24 @@ func (s *Server) egressRoutes(e *echo.Echo) {
 	e.POST("/profiles/:name/evaluate", s.evaluateProfile, sec)
 }
 
-// ProfileSummary is one entry of GET /profiles.
-type ProfileSummary struct {
-	Name        string `json:"name"`
-	Version     string `json:"version"`
-	Description string `json:"description"`
-	// Mode is the egress mode; Egress the egress profile an exec profile names.
-	Mode   string `json:"mode,omitempty"`
-	Egress string `json:"egress,omitempty"`
-	// Source is the file the profile was loaded from; empty for the
-	// built-in "none".
-	Source string `json:"source"`
-}
-
-// ProfileList is the body of GET /profiles.
-type ProfileList struct {
-	Exec   []ProfileSummary `json:"exec"`
-	Egress []ProfileSummary `json:"egress"`
-}
-
 func (s *Server) listProfiles(c echo.Context) error {
 	set := s.profiles()
-	out := ProfileList{Exec: []ProfileSummary{}, Egress: []ProfileSummary{}}
+	out := api.ProfileList{Exec: []api.ProfileSummary{}, Egress: []api.ProfileSummary{}}
 	for _, name := range set.Names() {
 		p := set.Exec[name]
-		out.Exec = append(out.Exec, ProfileSummary{Name: name, Version: p.Version, Description: p.Description, Egress: p.Egress, Source: p.Source})
+		out.Exec = append(out.Exec, api.ProfileSummary{Name: name, Version: p.Version, Description: p.Description, Egress: p.Egress, Source: p.Source})
 	}
 	for _, name := range set.EgressNames() {
 		p := set.Egress[name]
-		out.Egress = append(out.Egress, ProfileSummary{Name: name, Version: p.Version, Description: p.Description, Mode: string(p.Mode), Source: p.Source})
+		out.Egress = append(out.Egress, api.ProfileSummary{Name: name, Version: p.Version, Description: p.Description, Mode: string(p.Mode), Source: p.Source})
 	}
 	return c.JSON(http.StatusOK, out)
-}
-
-// ProfileDetail is the body of GET /profiles/{name}. Exec and egress
-// profiles have separate namespaces: Kinds says which of them hold the
-// name (both, if each defines it), and the matching fields are set, with
-// every value of the profile under its YAML key.
-type ProfileDetail struct {
-	Name   string         `json:"name"`
-	Kinds  []string       `json:"kinds"`
-	Exec   map[string]any `json:"exec,omitempty"`
-	Egress map[string]any `json:"egress,omitempty"`
 }
 
 func (s *Server) getProfile(c echo.Context) error {
 	name := c.Param("name")
 	set := s.profiles()
-	out := ProfileDetail{Name: name, Kinds: []string{}}
+	out := api.ProfileDetail{Name: name, Kinds: []string{}}
 	if p, ok := set.Exec[name]; ok {
 		out.Kinds = append(out.Kinds, "exec")
 		out.Exec = yamlView(reflect.ValueOf(p).Elem()).(map[string]any)
@@ -85,50 +56,10 @@ func (s *Server) getProfile(c echo.Context) error {
 		out.Egress["version"], out.Egress["source"] = p.Version, p.Source
 	}
 	if len(out.Kinds) == 0 {
-		return &Error{Status: http.StatusNotFound, Code: CodeNotFound, Field: "name",
+		return &api.Error{Status: http.StatusNotFound, Code: api.CodeNotFound, Field: "name",
 			Message: fmt.Sprintf("no exec or egress profile is named %q; exec profiles: %s; egress profiles: %s", name, strings.Join(set.Names(), ", "), strings.Join(set.EgressNames(), ", "))}
 	}
 	return c.JSON(http.StatusOK, out)
-}
-
-// EvaluateRequest is the body of POST /profiles/{name}/evaluate.
-type EvaluateRequest struct {
-	// URL is an absolute http(s) URL, or host:port with method CONNECT.
-	URL string `json:"url"`
-	// Method defaults to GET.
-	Method string `json:"method"`
-}
-
-// EvaluateProfile names the profile a decision was made under.
-type EvaluateProfile struct {
-	Name    string `json:"name"`
-	Version string `json:"version"`
-	Mode    string `json:"mode"`
-}
-
-// EvaluateResponse is the decision, as the proxy and the browse pipeline
-// would make it, without connecting anywhere.
-type EvaluateResponse struct {
-	// Decision is "allow" or "deny".
-	Decision string `json:"decision"`
-	Reason   string `json:"reason"`
-	// Rule names the deciding rule (allow[0]:name), if any.
-	Rule string `json:"rule"`
-	// Addresses are the checked addresses the host resolved to (or the literal).
-	Addresses []string `json:"addresses"`
-	// Code classifies the decision (allowed, no_rule, denied_address, ...).
-	Code string `json:"code"`
-	// WouldDeny is set in report mode when enforce would deny.
-	WouldDeny bool `json:"would_deny"`
-	// ApprovalID names the standing approval (or pending request) of the
-	// host under a profile in approve mode.
-	ApprovalID string `json:"approval_id,omitempty"`
-	// Host and Port are the normalised target; Dial the address that would
-	// be dialled.
-	Host    string          `json:"host"`
-	Port    int             `json:"port"`
-	Dial    string          `json:"dial,omitempty"`
-	Profile EvaluateProfile `json:"profile"`
 }
 
 // evaluateTimeout bounds the lookup an evaluation may do.
@@ -143,9 +74,9 @@ func (s *Server) evaluateProfile(c echo.Context) error {
 		if _, isExec := set.Exec[name]; isExec {
 			msg = fmt.Sprintf("%q is an exec profile; evaluate takes an egress profile: %s", name, strings.Join(set.EgressNames(), ", "))
 		}
-		return &Error{Status: http.StatusNotFound, Code: CodeNotFound, Field: "name", Message: msg}
+		return &api.Error{Status: http.StatusNotFound, Code: api.CodeNotFound, Field: "name", Message: msg}
 	}
-	var body EvaluateRequest
+	var body api.EvaluateRequest
 	if err := decodeJSON(c, 64<<10, &body); err != nil {
 		return err
 	}
@@ -168,10 +99,10 @@ func (s *Server) evaluateProfile(c echo.Context) error {
 		}
 		return validation(field, "%s cannot be evaluated: %s", field, d.Reason)
 	}
-	out := EvaluateResponse{
+	out := api.EvaluateResponse{
 		Decision: d.Verdict(), Reason: d.Reason, Rule: d.Rule, Code: string(d.Code), WouldDeny: d.WouldDeny, ApprovalID: d.ApprovalID,
 		Addresses: []string{}, Host: d.Host, Port: int(d.Port),
-		Profile: EvaluateProfile{Name: p.Name, Version: p.Version, Mode: string(p.Mode)},
+		Profile: api.EvaluateProfile{Name: p.Name, Version: p.Version, Mode: string(p.Mode)},
 	}
 	for _, a := range d.Addresses {
 		out.Addresses = append(out.Addresses, a.String())

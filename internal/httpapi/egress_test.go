@@ -31,7 +31,7 @@ type egressFixture struct {
 
 func newEgressFixture(t *testing.T) *egressFixture {
 	t.Helper()
-	set, err := profiles.Load("../profiles")
+	set, err := profiles.Load("../../profiles")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -133,7 +133,7 @@ func TestGetProfile(t *testing.T) {
 		t.Fatalf("status %d %v", code, body)
 	}
 	eg := body["egress"].(map[string]any)
-	if eg["mode"] != "enforce" || eg["connect_timeout"] != "5s" || len(eg["version"].(string)) != 64 || eg["source"] != "../profiles/egress/web-research.yaml" {
+	if eg["mode"] != "enforce" || eg["connect_timeout"] != "5s" || len(eg["version"].(string)) != 64 || eg["source"] != "../../profiles/egress/web-research.yaml" {
 		t.Errorf("egress view %v", eg)
 	}
 	rule := eg["allow"].([]any)[0].(map[string]any)

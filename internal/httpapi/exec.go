@@ -14,6 +14,7 @@ import (
 
 	"github.com/labstack/echo/v4"
 
+	"github.com/sandboxd/sandboxd/api"
 	"github.com/sandboxd/sandboxd/internal/auth"
 	"github.com/sandboxd/sandboxd/internal/control/admit"
 	"github.com/sandboxd/sandboxd/internal/control/budget"
@@ -22,101 +23,6 @@ import (
 	"github.com/sandboxd/sandboxd/profiles"
 	"github.com/sandboxd/sandboxd/runner"
 )
-
-// ExecRequest is the body of POST /exec.
-type ExecRequest struct {
-	Language string            `json:"language"`
-	Code     *string           `json:"code"`
-	Stdin    string            `json:"stdin"`
-	Files    []InFile          `json:"files"`
-	Env      map[string]string `json:"env"`
-	Profile  string            `json:"profile"`
-	Limits   *LimitsRequest    `json:"limits"`
-	// Datasets are mounted read-only at /data/<name>.
-	Datasets []string `json:"datasets,omitempty"`
-	// Async answers 202 with the id at once; GET /exec/{id} gives the result.
-	Async bool `json:"async"`
-}
-
-// InFile is an input file; Content is base64 (standard alphabet, padded).
-type InFile struct {
-	Path    string `json:"path"`
-	Content string `json:"content"`
-}
-
-// LimitsRequest lowers the profile's limits; an omitted field keeps the
-// profile's value.
-type LimitsRequest struct {
-	TimeoutMS   *int64   `json:"timeout_ms"`
-	MemoryMB    *int64   `json:"memory_mb"`
-	CPUs        *float64 `json:"cpus"`
-	Pids        *int64   `json:"pids"`
-	OutputBytes *int64   `json:"output_bytes"`
-	TmpfsMB     *int64   `json:"tmpfs_mb"`
-}
-
-// ExecResponse is the body of a 200 from POST /exec.
-type ExecResponse struct {
-	ID              string          `json:"id"`
-	Status          string          `json:"status"`
-	ExitCode        int             `json:"exit_code"`
-	Signal          string          `json:"signal"`
-	Message         string          `json:"message,omitempty"`
-	Stdout          string          `json:"stdout"`
-	Stderr          string          `json:"stderr"`
-	StdoutBase64    string          `json:"stdout_base64,omitempty"`
-	StderrBase64    string          `json:"stderr_base64,omitempty"`
-	StdoutTruncated bool            `json:"stdout_truncated"`
-	StderrTruncated bool            `json:"stderr_truncated"`
-	DurationMS      int64           `json:"duration_ms"`
-	Usage           Usage           `json:"usage"`
-	Files           []OutFile       `json:"files"`
-	SkippedFiles    []SkippedFile   `json:"skipped_files"`
-	Limits          profiles.Limits `json:"limits"`
-	Profile         ProfileRef      `json:"profile"`
-	// Egress names the egress profile in force for the run's network, with
-	// its version (each decision's version is in the egress log).
-	Egress *ProfileRef `json:"egress,omitempty"`
-	Image  string      `json:"image"`
-	// Redactions counts the secrets removed from stdout, stderr and
-	// returned text files, by type.
-	Redactions map[string]int `json:"redactions"`
-	// Datasets the run mounted, with the snapshot id of their content.
-	Datasets []DatasetRef `json:"datasets,omitempty"`
-}
-
-// DatasetRef names a mounted dataset and the snapshot of its content.
-type DatasetRef struct {
-	Name     string `json:"name"`
-	Snapshot string `json:"snapshot"`
-}
-
-// Usage is the resource use the launcher measured.
-type Usage struct {
-	UserCPUMS int64 `json:"user_cpu_ms"`
-	SysCPUMS  int64 `json:"sys_cpu_ms"`
-	MaxRSSKB  int64 `json:"max_rss_kb"`
-}
-
-// OutFile is a file returned from /sandbox/out; Content is base64.
-type OutFile struct {
-	Path    string `json:"path"`
-	Size    int64  `json:"size"`
-	Mode    string `json:"mode"`
-	Content string `json:"content"`
-}
-
-// SkippedFile is an entry of /sandbox/out that was not returned.
-type SkippedFile struct {
-	Path   string `json:"path"`
-	Reason string `json:"reason"`
-}
-
-// ProfileRef names a profile and the version that served the request.
-type ProfileRef struct {
-	Name    string `json:"name"`
-	Version string `json:"version"`
-}
 
 var envNamePattern = regexp.MustCompile(`^[A-Z_][A-Z0-9_]*$`)
 
@@ -155,7 +61,7 @@ func (s *Server) startCall(c echo.Context, kind string, req any) (*toolCall, err
 }
 
 func (s *Server) exec(c echo.Context) error {
-	var req ExecRequest
+	var req api.ExecRequest
 	tc, err := s.startCall(c, budget.KindExec, &req)
 	if err != nil {
 		return err
@@ -218,14 +124,14 @@ func (s *Server) admitRunAudit(c echo.Context, j *execJob) *answer {
 // runs the job (or, for an async one, starts it and answers 202).
 func (s *Server) admitAndRun(c echo.Context, j *execJob) *answer {
 	if st := s.ctl.frozen.Load(); st.Frozen {
-		return errAnswer(s.refusal(&Error{Status: http.StatusServiceUnavailable, Code: CodeFrozen,
+		return errAnswer(s.refusal(&api.Error{Status: http.StatusServiceUnavailable, Code: api.CodeFrozen,
 			Message: fmt.Sprintf("sandboxd is frozen by an operator (since %s, by %s%s): no new code runs until it is unfrozen", st.Since.Format(time.RFC3339), st.By, reasonSuffix(st.Reason))}))
 	}
 	tenant := j.key.Tenant
 	lim := s.ctl.limits.Limits(tenant)
 	if j.session != "" {
 		if refuse, n := s.ctl.guard.Check(tenant+"\x00"+j.session, j.call, lim.LoopRepeats); refuse {
-			return errAnswer(s.refusal(&Error{Status: http.StatusConflict, Code: CodeLoopDetected,
+			return errAnswer(s.refusal(&api.Error{Status: http.StatusConflict, Code: api.CodeLoopDetected,
 				Message: fmt.Sprintf("session %s sent this same code with the same inputs %d times in a row and got the same result each time; running it again will not change the outcome. Change the code or its inputs, or take a different approach", j.session, n)}))
 		}
 	}
@@ -237,7 +143,7 @@ func (s *Server) admitAndRun(c echo.Context, j *execJob) *answer {
 	ticket, r, err := s.ctl.limits.AdmitExec(c.Request().Context(), tenant, j.session, j.spec.Limits.TimeoutMS, j.spec.Limits.CPUs)
 	if err != nil {
 		j.log.Error("budget check failed", "err", err)
-		return errAnswer(&Error{Status: http.StatusServiceUnavailable, Code: CodeUnavailable, Message: "the usage store failed; retry later"})
+		return errAnswer(&api.Error{Status: http.StatusServiceUnavailable, Code: api.CodeUnavailable, Message: "the usage store failed; retry later"})
 	}
 	if r != nil {
 		return errAnswer(s.budgetError(r))
@@ -256,12 +162,12 @@ func (s *Server) admitAndRun(c echo.Context, j *execJob) *answer {
 	now := time.Now().UTC()
 	rec := &store.ExecRecord{ID: j.id, Tenant: tenant, KeyID: j.key.ID, Session: j.session, State: store.ExecQueued,
 		Owner: s.ctl.cfg.Owner, CreatedAt: now, ExpiresAt: now.Add(s.ctl.cfg.AsyncTTL)}
-	rec.Body, _ = json.Marshal(&ExecState{ID: j.id, Status: stateQueued, CreatedAt: now})
+	rec.Body, _ = json.Marshal(&api.ExecState{ID: j.id, Status: stateQueued, CreatedAt: now})
 	if err := s.ctl.store.PutExec(context.WithoutCancel(c.Request().Context()), rec); err != nil {
 		j.log.Error("storing the async exec failed", "err", err)
 		ticket.Cancel()
 		s.endLive(live)
-		return errAnswer(&Error{Status: http.StatusServiceUnavailable, Code: CodeUnavailable, Message: "the store failed to record the exec; retry later"})
+		return errAnswer(&api.Error{Status: http.StatusServiceUnavailable, Code: api.CodeUnavailable, Message: "the store failed to record the exec; retry later"})
 	}
 	go func() {
 		a := s.auditExec(j, s.run(live, j))
@@ -293,7 +199,7 @@ func (s *Server) run(live *liveExec, j *execJob) *answer {
 			return s.resultAnswer(j, res)
 		}
 		m.Execs.WithLabelValues(profile, statusFailed).Inc()
-		return errAnswer(&Error{Status: http.StatusServiceUnavailable, Code: CodeUnavailable, Message: "the request ended while waiting for a run slot"})
+		return errAnswer(&api.Error{Status: http.StatusServiceUnavailable, Code: api.CodeUnavailable, Message: "the request ended while waiting for a run slot"})
 	}
 	defer release()
 	j.timing.queue = time.Since(queued)
@@ -313,15 +219,15 @@ func (s *Server) run(live *liveExec, j *execJob) *answer {
 		switch {
 		case errors.Is(err, runner.ErrImageMissing), errors.Is(err, runner.ErrRuntimeMissing), errors.Is(err, runner.ErrEgressUnavailable):
 			j.ticket.Cancel()
-			return errAnswer(&Error{Status: http.StatusServiceUnavailable, Code: CodeUnavailable, Message: err.Error()})
+			return errAnswer(&api.Error{Status: http.StatusServiceUnavailable, Code: api.CodeUnavailable, Message: err.Error()})
 		case errors.Is(err, runner.ErrEngine):
 			j.ticket.Cancel()
-			return errAnswer(&Error{Status: http.StatusServiceUnavailable, Code: CodeUnavailable, Message: "the container engine failed to run the sandbox; retry later"})
+			return errAnswer(&api.Error{Status: http.StatusServiceUnavailable, Code: api.CodeUnavailable, Message: "the container engine failed to run the sandbox; retry later"})
 		}
 		// The code may have run: charge the time and keep the answer, so
 		// that a retry with the same Idempotency-Key does not run it again.
 		j.ticket.Finish(live.ctx, int64(float64(wall.Milliseconds())*spec.Limits.CPUs), wall.Milliseconds())
-		a := errAnswer(&Error{Status: http.StatusInternalServerError, Code: CodeInternal, Message: "internal error; the request id in X-Request-Id helps the operator find it in the log"})
+		a := errAnswer(&api.Error{Status: http.StatusInternalServerError, Code: api.CodeInternal, Message: "internal error; the request id in X-Request-Id helps the operator find it in the log"})
 		a.keep = true
 		return a
 	}
@@ -348,13 +254,13 @@ func (s *Server) run(live *liveExec, j *execJob) *answer {
 	return s.resultAnswer(j, res)
 }
 
-func busyError(running, waiting, slots int) *Error {
-	return &Error{Status: http.StatusTooManyRequests, Code: CodeBusy, RetryAfter: 1 + waiting/max(slots, 1),
+func busyError(running, waiting, slots int) *api.Error {
+	return &api.Error{Status: http.StatusTooManyRequests, Code: api.CodeBusy, RetryAfter: 1 + waiting/max(slots, 1),
 		Message: fmt.Sprintf("all %d run slots are busy (%d running, %d waiting); retry after the Retry-After seconds", slots, running, waiting)}
 }
 
 // buildSpec validates the request against its profile and returns the run.
-func (s *Server) buildSpec(req *ExecRequest) (*runner.Spec, error) {
+func (s *Server) buildSpec(req *api.ExecRequest) (*runner.Spec, error) {
 	switch req.Language {
 	case "python":
 	case "":
@@ -412,7 +318,7 @@ func (s *Server) buildSpec(req *ExecRequest) (*runner.Spec, error) {
 
 // effectiveLimits lowers the profile's limits by the request's; a value above
 // the profile's ceiling, or below a workable floor, is refused.
-func effectiveLimits(p *profiles.Exec, r *LimitsRequest) (profiles.Limits, error) {
+func effectiveLimits(p *profiles.Exec, r *api.LimitsRequest) (profiles.Limits, error) {
 	l := p.Limits
 	if r == nil {
 		return l, nil
@@ -458,7 +364,7 @@ func effectiveLimits(p *profiles.Exec, r *LimitsRequest) (profiles.Limits, error
 	return l, nil
 }
 
-func decodeFiles(p *profiles.Exec, l profiles.Limits, in []InFile) ([]jobproto.File, error) {
+func decodeFiles(p *profiles.Exec, l profiles.Limits, in []api.InFile) ([]jobproto.File, error) {
 	if len(in) > p.Files.MaxInputCount {
 		return nil, validation("files", "%d files sent; profile %q allows at most %d", len(in), p.Name, p.Files.MaxInputCount)
 	}
@@ -526,8 +432,8 @@ func checkEnv(env map[string]string) error {
 	return nil
 }
 
-func toResponse(spec *runner.Spec, res *runner.Result) *ExecResponse {
-	r := &ExecResponse{
+func toResponse(spec *runner.Spec, res *runner.Result) *api.ExecResponse {
+	r := &api.ExecResponse{
 		ID:              spec.ID,
 		Status:          res.Status,
 		ExitCode:        res.ExitCode,
@@ -536,11 +442,11 @@ func toResponse(spec *runner.Spec, res *runner.Result) *ExecResponse {
 		StdoutTruncated: res.StdoutTruncated,
 		StderrTruncated: res.StderrTruncated,
 		DurationMS:      res.Duration.Milliseconds(),
-		Usage:           Usage{UserCPUMS: res.UserCPU.Milliseconds(), SysCPUMS: res.SysCPU.Milliseconds(), MaxRSSKB: res.MaxRSSKB},
-		Files:           []OutFile{},
-		SkippedFiles:    []SkippedFile{},
-		Limits:          spec.Limits,
-		Profile:         ProfileRef{Name: spec.Profile.Name, Version: spec.Profile.Version},
+		Usage:           api.Usage{UserCPUMS: res.UserCPU.Milliseconds(), SysCPUMS: res.SysCPU.Milliseconds(), MaxRSSKB: res.MaxRSSKB},
+		Files:           []api.OutFile{},
+		SkippedFiles:    []api.SkippedFile{},
+		Limits:          api.Limits(spec.Limits),
+		Profile:         api.ProfileRef{Name: spec.Profile.Name, Version: spec.Profile.Version},
 		Image:           res.ImageID,
 		Redactions:      res.Redactions,
 	}
@@ -550,10 +456,10 @@ func toResponse(spec *runner.Spec, res *runner.Result) *ExecResponse {
 	r.Stdout, r.StdoutBase64 = textOf(res.Stdout, res.StdoutTruncated)
 	r.Stderr, r.StderrBase64 = textOf(res.Stderr, res.StderrTruncated)
 	for _, f := range res.Files {
-		r.Files = append(r.Files, OutFile{Path: f.Path, Size: int64(len(f.Content)), Mode: fmt.Sprintf("%04o", f.Mode), Content: base64.StdEncoding.EncodeToString(f.Content)})
+		r.Files = append(r.Files, api.OutFile{Path: f.Path, Size: int64(len(f.Content)), Mode: fmt.Sprintf("%04o", f.Mode), Content: base64.StdEncoding.EncodeToString(f.Content)})
 	}
 	for _, sk := range res.Skipped {
-		r.SkippedFiles = append(r.SkippedFiles, SkippedFile{Path: sk.Path, Reason: sk.Reason})
+		r.SkippedFiles = append(r.SkippedFiles, api.SkippedFile{Path: sk.Path, Reason: sk.Reason})
 	}
 	return r
 }

@@ -15,6 +15,7 @@ import (
 
 	"github.com/labstack/echo/v4"
 
+	"github.com/sandboxd/sandboxd/api"
 	"github.com/sandboxd/sandboxd/internal/auth"
 	"github.com/sandboxd/sandboxd/internal/control/admit"
 	"github.com/sandboxd/sandboxd/profiles"
@@ -57,7 +58,7 @@ type fixture struct {
 
 func newFixture(t *testing.T, slots, queue int) *fixture {
 	t.Helper()
-	set, err := profiles.Load("../profiles")
+	set, err := profiles.Load("../../profiles")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -144,7 +145,7 @@ func TestExecValidation(t *testing.T) {
 				t.Fatalf("status %d, want 400; body %v", resp.StatusCode, body)
 			}
 			code, field, msg := errorOf(t, body)
-			if code != CodeValidation || field != tc.field || !strings.Contains(msg, tc.inMsg) {
+			if code != api.CodeValidation || field != tc.field || !strings.Contains(msg, tc.inMsg) {
 				t.Fatalf("got code %q field %q message %q; want VALIDATION, field %q, message containing %q", code, field, msg, tc.field, tc.inMsg)
 			}
 		})
@@ -194,14 +195,14 @@ func TestExecAuth(t *testing.T) {
 	f := newFixture(t, 2, 2)
 	ok := `{"language":"python","code":"x"}`
 	resp, body := f.do(t, "", ok)
-	if code, _, _ := errorOf(t, body); resp.StatusCode != 401 || code != CodeAuth {
+	if code, _, _ := errorOf(t, body); resp.StatusCode != 401 || code != api.CodeAuth {
 		t.Fatalf("no key: %d %s", resp.StatusCode, code)
 	}
 	if resp.Header.Get("WWW-Authenticate") == "" {
 		t.Fatal("401 without WWW-Authenticate")
 	}
 	resp, body = f.do(t, f.agent+"x", ok)
-	if code, _, _ := errorOf(t, body); resp.StatusCode != 401 || code != CodeAuth {
+	if code, _, _ := errorOf(t, body); resp.StatusCode != 401 || code != api.CodeAuth {
 		t.Fatalf("wrong key: %d %s", resp.StatusCode, code)
 	}
 	// A key without the role a route needs gets 403.
@@ -210,7 +211,7 @@ func TestExecAuth(t *testing.T) {
 	req.Header.Set("Authorization", "Bearer "+f.agent)
 	rec := httptest.NewRecorder()
 	f.srv.Handler().ServeHTTP(rec, req)
-	if rec.Code != http.StatusForbidden || !strings.Contains(rec.Body.String(), CodeForbidden) {
+	if rec.Code != http.StatusForbidden || !strings.Contains(rec.Body.String(), api.CodeForbidden) {
 		t.Fatalf("agent key on an admin route: %d %s", rec.Code, rec.Body.String())
 	}
 }
@@ -233,7 +234,7 @@ func TestExecBusy(t *testing.T) {
 		time.Sleep(time.Millisecond)
 	}
 	resp, body := f.do(t, f.agent, `{"language":"python","code":"x"}`)
-	if code, _, _ := errorOf(t, body); resp.StatusCode != 429 || code != CodeBusy {
+	if code, _, _ := errorOf(t, body); resp.StatusCode != 429 || code != api.CodeBusy {
 		t.Fatalf("got %d %s, want 429 BUSY", resp.StatusCode, code)
 	}
 	if resp.Header.Get("Retry-After") == "" {
@@ -295,7 +296,7 @@ func TestHealthAndUnknownRoute(t *testing.T) {
 	f.srv.Handler().ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/nope", nil))
 	var body map[string]any
 	_ = json.Unmarshal(rec.Body.Bytes(), &body)
-	if code, _, _ := errorOf(t, body); rec.Code != 404 || code != CodeNotFound {
+	if code, _, _ := errorOf(t, body); rec.Code != 404 || code != api.CodeNotFound {
 		t.Fatalf("unknown route: %d %s", rec.Code, code)
 	}
 	rec = httptest.NewRecorder()

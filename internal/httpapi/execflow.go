@@ -14,6 +14,7 @@ import (
 
 	"github.com/labstack/echo/v4"
 
+	"github.com/sandboxd/sandboxd/api"
 	"github.com/sandboxd/sandboxd/internal/auth"
 	"github.com/sandboxd/sandboxd/internal/control/budget"
 	"github.com/sandboxd/sandboxd/internal/store"
@@ -40,7 +41,7 @@ type execJob struct {
 	meta    auditMeta
 	started time.Time
 	// datasets the run mounts, with their snapshot ids.
-	datasets []DatasetRef
+	datasets []api.DatasetRef
 	// auditHook, when set, adds to the audit record and the capture.
 	auditHook execAuditHook
 	// timing is sent as the Server-Timing header (timing.go).
@@ -52,8 +53,8 @@ type execJob struct {
 type answer struct {
 	status int
 	body   []byte
-	err    *Error        // for error answers
-	resp   *ExecResponse // for run results
+	err    *api.Error        // for error answers
+	resp   *api.ExecResponse // for run results
 	header map[string]string
 	// keep: the answer is stored for an Idempotency-Key (the code ran or may
 	// have run, or the exec was accepted). Refusals are not kept: nothing
@@ -70,21 +71,6 @@ const (
 	statusFailed     = "failed"      // metrics label for runs that could not start
 )
 
-// ExecState is the body of GET and DELETE /exec/{id} and of the 202 that
-// accepts an async exec.
-type ExecState struct {
-	ID string `json:"id"`
-	// Status is queued, running, a run status (ok, error, timeout, oom,
-	// killed), failed (the run could not start) or interrupted.
-	Status     string        `json:"status"`
-	Message    string        `json:"message,omitempty"`
-	Error      *Error        `json:"error,omitempty"`
-	Result     *ExecResponse `json:"result,omitempty"`
-	CreatedAt  time.Time     `json:"created_at"`
-	StartedAt  *time.Time    `json:"started_at,omitempty"`
-	FinishedAt *time.Time    `json:"finished_at,omitempty"`
-}
-
 func marshalLine(v any) []byte {
 	b, err := json.Marshal(v)
 	if err != nil {
@@ -93,8 +79,8 @@ func marshalLine(v any) []byte {
 	return append(b, '\n')
 }
 
-func errAnswer(e *Error) *answer {
-	a := &answer{status: e.Status, err: e, body: marshalLine(ErrorBody{Error: e})}
+func errAnswer(e *api.Error) *answer {
+	a := &answer{status: e.Status, err: e, body: marshalLine(api.ErrorBody{Error: e})}
 	if e.RetryAfter > 0 {
 		a.header = map[string]string{"Retry-After": fmt.Sprint(e.RetryAfter)}
 	}
@@ -105,7 +91,7 @@ func (s *Server) resultAnswer(j *execJob, res *runner.Result) *answer {
 	resp := toResponse(j.spec, res)
 	if set := s.profiles(); set != nil {
 		if eg := set.Egress[j.spec.Profile.Egress]; eg != nil {
-			resp.Egress = &ProfileRef{Name: eg.Name, Version: eg.Version}
+			resp.Egress = &api.ProfileRef{Name: eg.Name, Version: eg.Version}
 		}
 	}
 	if j.async {
@@ -116,7 +102,7 @@ func (s *Server) resultAnswer(j *execJob, res *runner.Result) *answer {
 }
 
 func acceptedAnswer(id string, created time.Time) *answer {
-	st := &ExecState{ID: id, Status: stateQueued, CreatedAt: created}
+	st := &api.ExecState{ID: id, Status: stateQueued, CreatedAt: created}
 	return &answer{status: http.StatusAccepted, body: marshalLine(st), keep: true, header: map[string]string{"Location": "/exec/" + id}}
 }
 
@@ -171,7 +157,7 @@ func (s *Server) endLive(l *liveExec) {
 
 // saveAsync stores an async exec's final state.
 func (s *Server) saveAsync(j *execJob, rec *store.ExecRecord, a *answer) {
-	st := &ExecState{ID: j.id, CreatedAt: rec.CreatedAt}
+	st := &api.ExecState{ID: j.id, CreatedAt: rec.CreatedAt}
 	now := time.Now().UTC()
 	st.FinishedAt = &now
 	switch {
@@ -191,7 +177,7 @@ func (s *Server) saveAsync(j *execJob, rec *store.ExecRecord, a *answer) {
 
 // fingerprints returns the loop guard's fingerprint of the tool call (code
 // and every input) and the idempotency fingerprint of the whole request.
-func fingerprints(req *ExecRequest, session string) (call, request string) {
+func fingerprints(req *api.ExecRequest, session string) (call, request string) {
 	r := *req
 	r.Async = false
 	b, _ := json.Marshal(&r) // struct fields in order, map keys sorted

@@ -21,6 +21,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/labstack/echo/v4"
 
+	"github.com/sandboxd/sandboxd/api"
 	"github.com/sandboxd/sandboxd/browse"
 	"github.com/sandboxd/sandboxd/browse/safetext"
 	"github.com/sandboxd/sandboxd/egress"
@@ -32,56 +33,6 @@ import (
 	"github.com/sandboxd/sandboxd/profiles"
 	"github.com/sandboxd/sandboxd/redact"
 )
-
-// Error codes of POST /fetch (besides VALIDATION and the control plane's).
-const (
-	CodeEgressDenied    = browse.CodeDenied
-	CodeUpstreamTimeout = browse.CodeTimeout
-	CodeUpstreamError   = browse.CodeUpstream
-	CodeTooLarge        = browse.CodeTooLarge
-	CodeUnsupported     = browse.CodeUnsupported
-)
-
-// FetchRequest is the body of POST /fetch.
-type FetchRequest struct {
-	URL string `json:"url"`
-	// Profile names an egress profile; empty: the tenant's fetch_profile.
-	Profile string `json:"profile,omitempty"`
-	// Format is "text" (default) or "markdown".
-	Format string `json:"format,omitempty"`
-	// MaxBytes lowers the profile's max_response_bytes: the body is cut
-	// there and the result marked truncated.
-	MaxBytes int64 `json:"max_bytes,omitempty"`
-	// Selector keeps only the elements a CSS selector matches (HTML only).
-	Selector string `json:"selector,omitempty"`
-	// Links is "none", "text" (default) or "full" (targets listed at the end).
-	Links string `json:"links,omitempty"`
-}
-
-// FetchResponse is the body of a successful POST /fetch.
-type FetchResponse struct {
-	ID        string   `json:"id"`
-	URL       string   `json:"url"`
-	FinalURL  string   `json:"final_url"`
-	Redirects []string `json:"redirects"`
-	// Status is the upstream's HTTP status (a 404 page is still a result).
-	Status      int    `json:"status"`
-	ContentType string `json:"content_type"`
-	Title       string `json:"title"`
-	// Content is the page as safe text, between an opening and a closing
-	// <untrusted-content> marker that carry Nonce: text outside the
-	// markers with this nonce is not the page's.
-	Content   string `json:"content"`
-	Nonce     string `json:"nonce"`
-	Untrusted bool   `json:"untrusted"`
-	// Truncated: max_bytes (or the fetched-bytes budget) cut the body, or
-	// the text was cut at the output cap.
-	Truncated     bool           `json:"truncated"`
-	BytesReceived int64          `json:"bytes_received"`
-	Redactions    map[string]int `json:"redactions"`
-	Profile       ProfileRef     `json:"profile"`
-	CaptureID     string         `json:"capture_id"`
-}
 
 // Request field limits.
 const (
@@ -97,7 +48,7 @@ type fetchJob struct {
 	session       string
 	idemKey       string
 	id            string
-	req           FetchRequest
+	req           api.FetchRequest
 	profile       *egress.Profile
 	call, reqHash string
 	requestID     string
@@ -111,7 +62,7 @@ func (s *Server) fetchRoutes(e *echo.Echo) {
 }
 
 func (s *Server) fetch(c echo.Context) error {
-	var req FetchRequest
+	var req api.FetchRequest
 	tc, err := s.startCall(c, budget.KindFetch, &req)
 	if err != nil {
 		return err
@@ -142,7 +93,7 @@ func (s *Server) fetch(c echo.Context) error {
 
 // checkFetch validates the request, fills in defaults, and returns the
 // egress profile it runs under.
-func (s *Server) checkFetch(req *FetchRequest, key *auth.Key) (*egress.Profile, error) {
+func (s *Server) checkFetch(req *api.FetchRequest, key *auth.Key) (*egress.Profile, error) {
 	switch {
 	case req.URL == "":
 		return nil, validation("url", "url is required: the absolute http or https URL to fetch")
@@ -188,7 +139,7 @@ func (s *Server) checkFetch(req *FetchRequest, key *auth.Key) (*egress.Profile, 
 
 // fetchFingerprints returns the loop guard's fingerprint of the fetch (the
 // URL and how it is read) and the idempotency fingerprint of the request.
-func fetchFingerprints(req *FetchRequest, session string) (call, request string) {
+func fetchFingerprints(req *api.FetchRequest, session string) (call, request string) {
 	b, _ := json.Marshal(req)
 	h := sha256.Sum256(append([]byte("fetch|"), b...))
 	call = hex.EncodeToString(h[:])
@@ -207,14 +158,14 @@ func (s *Server) runFetch(c echo.Context, j *fetchJob) *answer {
 type fetchOutcome struct {
 	a         *answer
 	res       *browse.Result
-	resp      *FetchResponse
+	resp      *api.FetchResponse
 	captureID string
 }
 
 func (s *Server) fetchOnce(c echo.Context, j *fetchJob) (o fetchOutcome) {
 	m := s.ctl.metrics
 	if st := s.ctl.frozen.Load(); st.Frozen {
-		o.a = errAnswer(s.refusal(&Error{Status: http.StatusServiceUnavailable, Code: CodeFrozen,
+		o.a = errAnswer(s.refusal(&api.Error{Status: http.StatusServiceUnavailable, Code: api.CodeFrozen,
 			Message: fmt.Sprintf("sandboxd is frozen by an operator (since %s, by %s%s): no fetch runs until it is unfrozen", st.Since.Format(time.RFC3339), st.By, reasonSuffix(st.Reason))}))
 		return o
 	}
@@ -223,7 +174,7 @@ func (s *Server) fetchOnce(c echo.Context, j *fetchJob) (o fetchOutcome) {
 	guardKey := tenant + "\x00" + j.session
 	if j.session != "" {
 		if refuse, n := s.ctl.guard.Check(guardKey, j.call, lim.LoopRepeats); refuse {
-			o.a = errAnswer(s.refusal(&Error{Status: http.StatusConflict, Code: CodeLoopDetected,
+			o.a = errAnswer(s.refusal(&api.Error{Status: http.StatusConflict, Code: api.CodeLoopDetected,
 				Message: fmt.Sprintf("session %s fetched this same URL the same way %d times in a row and got the same page each time; fetching it again will not change it. Use what you have, or fetch a different page", j.session, n)}))
 			return o
 		}
@@ -232,7 +183,7 @@ func (s *Server) fetchOnce(c echo.Context, j *fetchJob) (o fetchOutcome) {
 	allowance, r, err := s.ctl.limits.FetchAllowance(ctx, tenant, j.session)
 	if err != nil {
 		j.log.Error("budget check failed", "err", err)
-		o.a = errAnswer(&Error{Status: http.StatusServiceUnavailable, Code: CodeUnavailable, Message: "the usage store failed; retry later"})
+		o.a = errAnswer(&api.Error{Status: http.StatusServiceUnavailable, Code: api.CodeUnavailable, Message: "the usage store failed; retry later"})
 		return o
 	}
 	if r != nil {
@@ -267,11 +218,11 @@ func (s *Server) fetchOnce(c echo.Context, j *fetchJob) (o fetchOutcome) {
 		if !errors.As(err, &fe) {
 			j.log.Error("fetch failed", "err", err)
 			m.Fetches.WithLabelValues(j.profile.Name, "internal").Inc()
-			o.a = errAnswer(&Error{Status: http.StatusInternalServerError, Code: CodeInternal, Message: "internal error; the request id in X-Request-Id helps the operator find it in the log"})
+			o.a = errAnswer(&api.Error{Status: http.StatusInternalServerError, Code: api.CodeInternal, Message: "internal error; the request id in X-Request-Id helps the operator find it in the log"})
 			return o
 		}
 		m.Fetches.WithLabelValues(j.profile.Name, strings.ToLower(fe.Code)).Inc()
-		e := &Error{Status: fe.Status, Code: fe.Code, Message: redactString(s.redactor(j.profile), fe.Message)}
+		e := &api.Error{Status: fe.Status, Code: fe.Code, Message: redactString(s.redactor(j.profile), fe.Message)}
 		if fe.Code == browse.CodeBadURL {
 			e.Field = "url"
 		}
@@ -295,14 +246,14 @@ func (s *Server) fetchOnce(c echo.Context, j *fetchJob) (o fetchOutcome) {
 
 	resp, capt, err := s.fetchResponse(j, res)
 	if err != nil {
-		var ae *Error
+		var ae *api.Error
 		if errors.As(err, &ae) {
 			o.a = errAnswer(ae)
 			return o
 		}
 		j.log.Error("storing the fetch capture failed", "err", err)
 		m.Fetches.WithLabelValues(j.profile.Name, "failed").Inc()
-		o.a = errAnswer(&Error{Status: http.StatusServiceUnavailable, Code: CodeUnavailable, Message: "the capture store failed, so the page is not returned (every returned page is captured for review); retry later"})
+		o.a = errAnswer(&api.Error{Status: http.StatusServiceUnavailable, Code: api.CodeUnavailable, Message: "the capture store failed, so the page is not returned (every returned page is captured for review); retry later"})
 		o.a.keep = true // the page was fetched: a keyed retry does not fetch it again
 		return o
 	}
@@ -324,7 +275,7 @@ func (s *Server) fetchOnce(c echo.Context, j *fetchJob) (o fetchOutcome) {
 // fetchResponse turns a fetched body into the safe, redacted, wrapped
 // answer and stores the capture. It returns the content's sha256 for the
 // loop guard.
-func (s *Server) fetchResponse(j *fetchJob, res *browse.Result) (*FetchResponse, string, error) {
+func (s *Server) fetchResponse(j *fetchJob, res *browse.Result) (*api.FetchResponse, string, error) {
 	var text, title string
 	truncated := res.Truncated
 	switch res.Kind {
@@ -359,9 +310,9 @@ func (s *Server) fetchResponse(j *fetchJob, res *browse.Result) (*FetchResponse,
 	wrapped, nonce := safetext.Wrap(text, finalURL)
 	sum := sha256.Sum256([]byte(text))
 
-	resp := &FetchResponse{ID: j.id, URL: red(j.req.URL), FinalURL: finalURL, Redirects: redirects, Status: res.Status,
+	resp := &api.FetchResponse{ID: j.id, URL: red(j.req.URL), FinalURL: finalURL, Redirects: redirects, Status: res.Status,
 		ContentType: res.ContentType, Title: title, Content: wrapped, Nonce: nonce, Untrusted: true, Truncated: truncated,
-		BytesReceived: res.BytesReceived, Redactions: map[string]int(counts), Profile: ProfileRef{Name: j.profile.Name, Version: j.profile.Version}}
+		BytesReceived: res.BytesReceived, Redactions: map[string]int(counts), Profile: api.ProfileRef{Name: j.profile.Name, Version: j.profile.Version}}
 	if resp.Redactions == nil {
 		resp.Redactions = map[string]int{}
 	}

@@ -17,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sandboxd/sandboxd/api"
 	"github.com/sandboxd/sandboxd/browse"
 	"github.com/sandboxd/sandboxd/egress"
 	"github.com/sandboxd/sandboxd/egress/egresstest"
@@ -94,7 +95,7 @@ func newFetchFixture(t *testing.T, tenants string) *fetchFixture {
 	_, portS, _ := net.SplitHostPort(f.up.Listener.Addr().String())
 	port, _ := strconv.Atoi(portS)
 
-	set, err := profiles.Load("../profiles")
+	set, err := profiles.Load("../../profiles")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -163,7 +164,7 @@ func TestFetchReturnsSafeWrappedRedactedText(t *testing.T) {
 	if r.code != 200 {
 		t.Fatalf("status %d: %s", r.code, r.raw)
 	}
-	var resp FetchResponse
+	var resp api.FetchResponse
 	if err := json.Unmarshal(r.raw, &resp); err != nil {
 		t.Fatal(err)
 	}
@@ -252,7 +253,7 @@ func TestFetchValidation(t *testing.T) {
 	}
 	for _, c := range cases {
 		r := f.fetch(c.body)
-		if r.code != 400 || r.errCode() != CodeValidation {
+		if r.code != 400 || r.errCode() != api.CodeValidation {
 			t.Errorf("%s: %d %s", c.body, r.code, r.raw)
 			continue
 		}
@@ -288,25 +289,25 @@ func TestFetchErrors(t *testing.T) {
 		status     int
 		code       string
 	}{
-		{"/x", "evil.test", 403, CodeEgressDenied},
-		{"/x", "nowhere.test", 403, CodeEgressDenied},
-		{"/to-evil", "pages.test", 403, CodeEgressDenied},
-		{"/hangup", "pages.test", 502, CodeUpstreamError},
-		{"/big", "pages.test", 502, CodeTooLarge},
-		{"/pdf", "pages.test", 422, CodeUnsupported},
+		{"/x", "evil.test", 403, api.CodeEgressDenied},
+		{"/x", "nowhere.test", 403, api.CodeEgressDenied},
+		{"/to-evil", "pages.test", 403, api.CodeEgressDenied},
+		{"/hangup", "pages.test", 502, api.CodeUpstreamError},
+		{"/big", "pages.test", 502, api.CodeTooLarge},
+		{"/pdf", "pages.test", 422, api.CodeUnsupported},
 	}
 	for _, c := range cases {
 		r := f.fetch(fetchBody(map[string]any{"url": f.url(c.host, c.path), "profile": "pages"}))
 		if r.code != c.status || r.errCode() != c.code {
 			t.Errorf("%s%s: %d %s, want %d %s", c.host, c.path, r.code, r.raw, c.status, c.code)
 		}
-		if c.code == CodeUnsupported {
+		if c.code == api.CodeUnsupported {
 			e := r.body["error"].(map[string]any)
 			if e["content_type"] != "application/pdf" || e["size"] != float64(100) {
 				t.Errorf("unsupported content lacks its type and size: %s", r.raw)
 			}
 		}
-		if c.code == CodeEgressDenied && !strings.Contains(r.body["error"].(map[string]any)["message"].(string), "evil.test") && c.host != "nowhere.test" {
+		if c.code == api.CodeEgressDenied && !strings.Contains(r.body["error"].(map[string]any)["message"].(string), "evil.test") && c.host != "nowhere.test" {
 			t.Errorf("denial does not name the host: %s", r.raw)
 		}
 	}
@@ -332,7 +333,7 @@ func TestFetchControlPlane(t *testing.T) {
 		t.Fatalf("the upstream was hit %d times for one key", n)
 	}
 	other := fetchBody(map[string]any{"url": f.url("pages.test", "/page"), "profile": "pages"})
-	if r := f.fetch(other, "Idempotency-Key", "k-1"); r.code != 422 || r.errCode() != CodeIdempotencyMismatch {
+	if r := f.fetch(other, "Idempotency-Key", "k-1"); r.code != 422 || r.errCode() != api.CodeIdempotencyMismatch {
 		t.Fatalf("mismatch: %d %s", r.code, r.raw)
 	}
 
@@ -343,14 +344,14 @@ func TestFetchControlPlane(t *testing.T) {
 		if i < 3 && r.code != 200 {
 			t.Fatalf("fetch %d: %d %s", i, r.code, r.raw)
 		}
-		if i == 3 && (r.code != 409 || r.errCode() != CodeLoopDetected) {
+		if i == 3 && (r.code != 409 || r.errCode() != api.CodeLoopDetected) {
 			t.Fatalf("third identical fetch: %d %s", r.code, r.raw)
 		}
 	}
 
 	// Rate: 6 per minute, burst 6; 3 used above with k-1 (a replay and a
 	// mismatch count as requests), 3 by the session: the next is refused.
-	if r := f.fetch(body); r.code != 429 || r.errCode() != CodeRateLimited || r.header.Get("Retry-After") == "" {
+	if r := f.fetch(body); r.code != 429 || r.errCode() != api.CodeRateLimited || r.header.Get("Retry-After") == "" {
 		t.Fatalf("rate limit: %d %s", r.code, r.raw)
 	}
 }
@@ -365,7 +366,7 @@ func TestFetchSessionBytesBudget(t *testing.T) {
 	}
 	// ...and then the budget is spent.
 	r = f.fetch(fetchBody(map[string]any{"url": f.url("pages.test", "/text"), "profile": "pages"}), sess...)
-	if r.code != 429 || r.errCode() != CodeBudgetExceeded || r.body["error"].(map[string]any)["budget"] != budget.SessionFetchBytes {
+	if r.code != 429 || r.errCode() != api.CodeBudgetExceeded || r.body["error"].(map[string]any)["budget"] != budget.SessionFetchBytes {
 		t.Fatalf("spent budget: %d %s", r.code, r.raw)
 	}
 	u := f.req(http.MethodGet, "/usage?session=s-bytes", keyAgent, "")
@@ -380,7 +381,7 @@ func TestFetchFrozen(t *testing.T) {
 		t.Fatalf("freeze: %d %s", r.code, r.raw)
 	}
 	r := f.fetch(fetchBody(map[string]any{"url": f.url("pages.test", "/text"), "profile": "pages"}))
-	if r.code != 503 || r.errCode() != CodeFrozen || f.hits.Load() != 0 {
+	if r.code != 503 || r.errCode() != api.CodeFrozen || f.hits.Load() != 0 {
 		t.Fatalf("frozen: %d %s (upstream hits %d)", r.code, r.raw, f.hits.Load())
 	}
 }

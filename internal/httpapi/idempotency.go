@@ -13,6 +13,7 @@ import (
 
 	"github.com/labstack/echo/v4"
 
+	"github.com/sandboxd/sandboxd/api"
 	"github.com/sandboxd/sandboxd/internal/store"
 )
 
@@ -76,10 +77,10 @@ func (s *Server) idempotent(c echo.Context, ic *idemCall, run func() *answer) er
 			CreatedAt: now, ExpiresAt: now.Add(s.ctl.cfg.IdempotencyTTL)})
 		if err != nil {
 			if ctx.Err() != nil {
-				return &Error{Status: http.StatusServiceUnavailable, Code: CodeUnavailable, Message: "the request ended before its Idempotency-Key was checked"}
+				return &api.Error{Status: http.StatusServiceUnavailable, Code: api.CodeUnavailable, Message: "the request ended before its Idempotency-Key was checked"}
 			}
 			ic.log.Error("idempotency store failed", "err", err)
-			return &Error{Status: http.StatusServiceUnavailable, Code: CodeUnavailable, Message: "the idempotency store failed, so the request was not run; retry later with the same Idempotency-Key"}
+			return &api.Error{Status: http.StatusServiceUnavailable, Code: api.CodeUnavailable, Message: "the idempotency store failed, so the request was not run; retry later with the same Idempotency-Key"}
 		}
 		if claimed {
 			a := run()
@@ -87,7 +88,7 @@ func (s *Server) idempotent(c echo.Context, ic *idemCall, run func() *answer) er
 			return s.send(c, a)
 		}
 		if rec.RequestSHA256 != ic.reqHash {
-			return s.refusal(&Error{Status: http.StatusUnprocessableEntity, Code: CodeIdempotencyMismatch, Field: headerIdempotencyKey,
+			return s.refusal(&api.Error{Status: http.StatusUnprocessableEntity, Code: api.CodeIdempotencyMismatch, Field: headerIdempotencyKey,
 				Message: fmt.Sprintf("this Idempotency-Key was first used at %s with a different request (endpoint, body, or X-Session-Id); a key names one request: send a new key for a new request", rec.CreatedAt.Format(time.RFC3339))})
 		}
 		switch rec.State {
@@ -98,7 +99,7 @@ func (s *Server) idempotent(c echo.Context, ic *idemCall, run func() *answer) er
 			if ic.kind == "fetch" {
 				effect = "the page may have been requested, and it is not requested again"
 			}
-			return s.refusal(&Error{Status: http.StatusConflict, Code: CodeInterrupted,
+			return s.refusal(&api.Error{Status: http.StatusConflict, Code: api.CodeInterrupted,
 				Message: fmt.Sprintf("the first request with this Idempotency-Key (%s %s, %s) was in flight when sandboxd stopped; %s; to run it again, send a new Idempotency-Key", ic.kind, rec.ExecID, rec.CreatedAt.Format(time.RFC3339), effect)})
 		}
 		// In flight: wait for it, bounded.
@@ -108,11 +109,11 @@ func (s *Server) idempotent(c echo.Context, ic *idemCall, run func() *answer) er
 		case <-poll.C:
 		case <-deadline.C:
 			poll.Stop()
-			return s.refusal(&Error{Status: http.StatusConflict, Code: CodeInProgress, RetryAfter: 1,
+			return s.refusal(&api.Error{Status: http.StatusConflict, Code: api.CodeInProgress, RetryAfter: 1,
 				Message: fmt.Sprintf("the first request with this Idempotency-Key (%s %s) is still running after %s; retry with the same key to get its result", ic.kind, rec.ExecID, s.ctl.cfg.IdempotencyWait)})
 		case <-ctx.Done():
 			poll.Stop()
-			return &Error{Status: http.StatusServiceUnavailable, Code: CodeUnavailable, Message: "the request ended while waiting for the first request with its Idempotency-Key"}
+			return &api.Error{Status: http.StatusServiceUnavailable, Code: api.CodeUnavailable, Message: "the request ended while waiting for the first request with its Idempotency-Key"}
 		}
 		poll.Stop()
 	}
@@ -142,14 +143,14 @@ func (s *Server) replay(c echo.Context, j *idemCall, rec *store.IdemRecord) erro
 	h := c.Response().Header()
 	h.Set(headerReplayed, "true")
 	if rec.Status == http.StatusAccepted {
-		var st ExecState
+		var st api.ExecState
 		if json.Unmarshal(rec.Body, &st) == nil && st.ID != "" {
 			h.Set("Location", "/exec/"+st.ID)
 		}
 	}
 	var body struct {
-		Status string `json:"status"`
-		Error  *Error `json:"error"`
+		Status string     `json:"status"`
+		Error  *api.Error `json:"error"`
 	}
 	if json.Unmarshal(rec.Body, &body) == nil {
 		if body.Error != nil {

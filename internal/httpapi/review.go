@@ -13,6 +13,7 @@ import (
 
 	"github.com/labstack/echo/v4"
 
+	"github.com/sandboxd/sandboxd/api"
 	"github.com/sandboxd/sandboxd/internal/auth"
 	"github.com/sandboxd/sandboxd/internal/forensics/audit"
 	"github.com/sandboxd/sandboxd/internal/forensics/capture"
@@ -32,13 +33,6 @@ func (s *Server) reviewRoutes(e *echo.Echo) {
 	s.captureRoutes(e)
 }
 
-// AuditPage is the body of GET /audit.
-type AuditPage struct {
-	Records []audit.Record `json:"records"`
-	// NextCursor continues the listing (?cursor=); empty at the end.
-	NextCursor string `json:"next_cursor"`
-}
-
 var sha256Pattern = regexp.MustCompile(`^[0-9a-fA-F]{64}$`)
 
 // auditFilter reads GET /audit's query parameters.
@@ -55,7 +49,7 @@ func auditFilter(c echo.Context, key *auth.Key) (audit.Filter, error) {
 	}
 	if !key.Has(auth.RoleAdmin) {
 		if f.Tenant != "" && f.Tenant != key.Tenant {
-			return f, &Error{Status: http.StatusForbidden, Code: CodeForbidden, Field: "tenant",
+			return f, &api.Error{Status: http.StatusForbidden, Code: api.CodeForbidden, Field: "tenant",
 				Message: fmt.Sprintf("key %q may read the audit records of tenant %s only", key.ID, key.Tenant)}
 		}
 		f.Tenant = key.Tenant
@@ -100,14 +94,14 @@ func (s *Server) listAudit(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	return c.JSON(http.StatusOK, AuditPage{Records: recs, NextCursor: next})
+	return c.JSON(http.StatusOK, api.AuditPage{Records: recs, NextCursor: next})
 }
 
 func (s *Server) getAudit(c echo.Context) error {
 	key := requestKey(c)
 	r, err := s.audit.Get(c.Request().Context(), c.Param("id"))
 	if errors.Is(err, audit.ErrNotFound) || err == nil && !key.Has(auth.RoleAdmin) && r.Tenant != key.Tenant {
-		return &Error{Status: http.StatusNotFound, Code: CodeNotFound, Field: "id", Message: fmt.Sprintf("no audit record %q is visible to this key", c.Param("id"))}
+		return &api.Error{Status: http.StatusNotFound, Code: api.CodeNotFound, Field: "id", Message: fmt.Sprintf("no audit record %q is visible to this key", c.Param("id"))}
 	}
 	if err != nil {
 		return err
@@ -135,24 +129,10 @@ func (s *Server) captureRoutes(e *echo.Echo) {
 	e.POST("/holds/:tenant", s.holdTenant, sec)
 }
 
-// CaptureView is the body of GET /captures/{id}.
-type CaptureView struct {
-	*capture.Capture
-	// Text holds the parts that are valid UTF-8, by name (at most 1 MiB
-	// each); other parts are read with GET /captures/{id}/raw?part=NAME.
-	Text map[string]string `json:"text"`
-}
-
-// CapturePage is the body of GET /captures.
-type CapturePage struct {
-	Captures   []capture.Capture `json:"captures"`
-	NextCursor string            `json:"next_cursor"`
-}
-
 func (s *Server) forensics() (capture.Forensics, error) {
 	f, ok := s.captures.(capture.Forensics)
 	if !ok {
-		return nil, &Error{Status: http.StatusServiceUnavailable, Code: CodeUnavailable, Message: "the capture store is not available (the log says why)"}
+		return nil, &api.Error{Status: http.StatusServiceUnavailable, Code: api.CodeUnavailable, Message: "the capture store is not available (the log says why)"}
 	}
 	return f, nil
 }
@@ -163,11 +143,11 @@ func (s *Server) visibleCapture(c echo.Context) (*capture.Capture, error) {
 	id := c.Param("id")
 	capt, err := s.captures.Get(c.Request().Context(), id)
 	if errors.Is(err, capture.ErrNotFound) || err == nil && !key.Has(auth.RoleAdmin) && capt.Tenant != key.Tenant {
-		return nil, &Error{Status: http.StatusNotFound, Code: CodeNotFound, Field: "id", Message: fmt.Sprintf("no capture %q is visible to this key", id)}
+		return nil, &api.Error{Status: http.StatusNotFound, Code: api.CodeNotFound, Field: "id", Message: fmt.Sprintf("no capture %q is visible to this key", id)}
 	}
 	if err != nil {
 		requestLogger(c, s.log).Error("reading a capture failed", "capture_id", id, "err", err)
-		return nil, &Error{Status: http.StatusInternalServerError, Code: CodeInternal, Message: fmt.Sprintf("capture %s cannot be read: %v", id, err)}
+		return nil, &api.Error{Status: http.StatusInternalServerError, Code: api.CodeInternal, Message: fmt.Sprintf("capture %s cannot be read: %v", id, err)}
 	}
 	return capt, nil
 }
@@ -182,7 +162,7 @@ func (s *Server) listCaptures(c echo.Context) error {
 	flt := capture.Filter{Tenant: q.Get("tenant"), Kind: q.Get("kind"), Cursor: q.Get("cursor")}
 	if !key.Has(auth.RoleAdmin) {
 		if flt.Tenant != "" && flt.Tenant != key.Tenant {
-			return &Error{Status: http.StatusForbidden, Code: CodeForbidden, Field: "tenant", Message: fmt.Sprintf("key %q may read the captures of tenant %s only", key.ID, key.Tenant)}
+			return &api.Error{Status: http.StatusForbidden, Code: api.CodeForbidden, Field: "tenant", Message: fmt.Sprintf("key %q may read the captures of tenant %s only", key.ID, key.Tenant)}
 		}
 		flt.Tenant = key.Tenant
 	}
@@ -200,7 +180,11 @@ func (s *Server) listCaptures(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	return c.JSON(http.StatusOK, CapturePage{Captures: list, NextCursor: next})
+	page := api.CapturePage{Captures: make([]api.Capture, len(list)), NextCursor: next}
+	for i := range list {
+		page.Captures[i] = *list[i].View()
+	}
+	return c.JSON(http.StatusOK, page)
 }
 
 // auditRead appends a capture_read record (audit.CaptureRead) before a
@@ -214,7 +198,7 @@ func (s *Server) auditRead(c echo.Context, capt *capture.Capture, action, part s
 	defer cancel()
 	if err := s.audit.Append(ctx, r); err != nil {
 		requestLogger(c, s.log).Error("writing a capture read's audit record failed; the content is withheld", "capture_id", capt.ID, "err", err)
-		return &Error{Status: http.StatusServiceUnavailable, Code: CodeAuditUnavailable,
+		return &api.Error{Status: http.StatusServiceUnavailable, Code: api.CodeAuditUnavailable,
 			Message: fmt.Sprintf("capture %s is not sent: reading it could not be recorded in the audit log; the operator must repair the audit log", capt.ID)}
 	}
 	return nil
@@ -228,7 +212,7 @@ func (s *Server) getCapture(c echo.Context) error {
 	if err := s.auditRead(c, capt, "view", ""); err != nil {
 		return err
 	}
-	v := CaptureView{Capture: capt, Text: map[string]string{}}
+	v := api.CaptureView{Capture: capt.View(), Text: map[string]string{}}
 	for _, p := range capt.Parts {
 		if p.Data != nil && len(p.Data) <= 1<<20 && utf8.Valid(p.Data) {
 			v.Text[p.Name] = string(p.Data)
@@ -259,10 +243,10 @@ func (s *Server) rawCapture(c echo.Context) error {
 		for i, pp := range capt.Parts {
 			names[i] = pp.Name
 		}
-		return &Error{Status: http.StatusNotFound, Code: CodeNotFound, Field: "part", Message: fmt.Sprintf("capture %s has no part %q; it has: %s", capt.ID, name, strings.Join(names, ", "))}
+		return &api.Error{Status: http.StatusNotFound, Code: api.CodeNotFound, Field: "part", Message: fmt.Sprintf("capture %s has no part %q; it has: %s", capt.ID, name, strings.Join(names, ", "))}
 	}
 	if capt.Erased != nil {
-		return &Error{Status: http.StatusGone, Code: "ERASED", Message: fmt.Sprintf("capture %s was erased at %s by %s", capt.ID, capt.Erased.At.Format(time.RFC3339), capt.Erased.By)}
+		return &api.Error{Status: http.StatusGone, Code: "ERASED", Message: fmt.Sprintf("capture %s was erased at %s by %s", capt.ID, capt.Erased.At.Format(time.RFC3339), capt.Erased.By)}
 	}
 	if err := s.auditRead(c, capt, "raw", p.Name); err != nil {
 		return err
@@ -275,16 +259,8 @@ func (s *Server) rawCapture(c echo.Context) error {
 	return c.Blob(http.StatusOK, "application/octet-stream", p.Data)
 }
 
-// CaptureAction is the body of DELETE /captures/{id} (optional) and of
-// the hold endpoints.
-type CaptureAction struct {
-	// On places (true) or lifts (false) a hold.
-	On     *bool  `json:"on,omitempty"`
-	Reason string `json:"reason"`
-}
-
-func readAction(c echo.Context, needOn bool) (*CaptureAction, error) {
-	var a CaptureAction
+func readAction(c echo.Context, needOn bool) (*api.CaptureAction, error) {
+	var a api.CaptureAction
 	if c.Request().ContentLength != 0 {
 		if err := decodeJSON(c, 16<<10, &a); err != nil {
 			return nil, err
@@ -310,9 +286,9 @@ func (s *Server) eraseCapture(c echo.Context) error {
 	key := requestKey(c)
 	switch err := f.Erase(c.Request().Context(), capt.ID, key.ID, a.Reason); {
 	case errors.Is(err, capture.ErrHeld):
-		return &Error{Status: http.StatusConflict, Code: "HELD", Message: fmt.Sprintf("capture %s is under a legal hold; lift the hold first", capt.ID)}
+		return &api.Error{Status: http.StatusConflict, Code: "HELD", Message: fmt.Sprintf("capture %s is under a legal hold; lift the hold first", capt.ID)}
 	case errors.Is(err, capture.ErrErased):
-		return &Error{Status: http.StatusGone, Code: "ERASED", Message: fmt.Sprintf("capture %s was already erased", capt.ID)}
+		return &api.Error{Status: http.StatusGone, Code: "ERASED", Message: fmt.Sprintf("capture %s was already erased", capt.ID)}
 	case err != nil:
 		return err
 	}
@@ -329,7 +305,7 @@ func (s *Server) eraseCapture(c echo.Context) error {
 
 // captureAction starts an erasure or a hold of one capture: the store, the
 // body and the capture, if the key may see it.
-func (s *Server) captureAction(c echo.Context, needOn bool) (capture.Forensics, *CaptureAction, *capture.Capture, error) {
+func (s *Server) captureAction(c echo.Context, needOn bool) (capture.Forensics, *api.CaptureAction, *capture.Capture, error) {
 	f, err := s.forensics()
 	if err != nil {
 		return nil, nil, nil, err
@@ -376,7 +352,7 @@ func (s *Server) holdTenant(c echo.Context) error {
 	key := requestKey(c)
 	tenant := c.Param("tenant")
 	if !key.Has(auth.RoleAdmin) && tenant != key.Tenant {
-		return &Error{Status: http.StatusForbidden, Code: CodeForbidden, Field: "tenant", Message: fmt.Sprintf("key %q may hold the captures of tenant %s only", key.ID, key.Tenant)}
+		return &api.Error{Status: http.StatusForbidden, Code: api.CodeForbidden, Field: "tenant", Message: fmt.Sprintf("key %q may hold the captures of tenant %s only", key.ID, key.Tenant)}
 	}
 	if err := f.SetTenantHold(c.Request().Context(), tenant, *a.On, key.ID, a.Reason); err != nil {
 		return err
@@ -403,7 +379,7 @@ func (s *Server) auditEvent(c echo.Context, r *audit.Record, what string) error 
 	defer cancel()
 	if err := s.audit.Append(ctx, r); err != nil {
 		requestLogger(c, s.log).Error("writing an audit record failed", "kind", r.Kind, "err", err)
-		return &Error{Status: http.StatusServiceUnavailable, Code: CodeAuditUnavailable,
+		return &api.Error{Status: http.StatusServiceUnavailable, Code: api.CodeAuditUnavailable,
 			Message: fmt.Sprintf("%s took effect, but its audit record could not be written; the operator must repair the audit log", what)}
 	}
 	return nil

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sandboxd/sandboxd/api"
 	"github.com/sandboxd/sandboxd/internal/forensics/audit"
 )
 
@@ -45,7 +46,7 @@ func TestCaptureRoutes(t *testing.T) {
 	if l := f.req(http.MethodGet, "/captures", keyRev, ""); l.code != 200 || !strings.Contains(string(l.raw), capID) {
 		t.Fatalf("list: %d %s", l.code, l.raw)
 	}
-	if l := f.req(http.MethodGet, "/captures?cursor=bogus", keyRev, ""); l.code != 400 || l.errCode() != CodeValidation {
+	if l := f.req(http.MethodGet, "/captures?cursor=bogus", keyRev, ""); l.code != 400 || l.errCode() != api.CodeValidation {
 		t.Fatalf("a bad cursor: %d %s", l.code, l.raw)
 	}
 

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/sandboxd/sandboxd/api"
 	"github.com/sandboxd/sandboxd/runner"
 )
 
@@ -31,9 +32,9 @@ func (e *runtimeEngine) Run(ctx context.Context, spec *runner.Spec) (*runner.Res
 }
 
 type readyBody struct {
-	Status      string       `json:"status"`
-	Checks      []ReadyCheck `json:"checks"`
-	Unavailable []string     `json:"unavailable_profiles"`
+	Status      string           `json:"status"`
+	Checks      []api.ReadyCheck `json:"checks"`
+	Unavailable []string         `json:"unavailable_profiles"`
 }
 
 func readyzWith(t *testing.T, eng Engine) (int, readyBody) {
@@ -49,7 +50,7 @@ func readyzWith(t *testing.T, eng Engine) (int, readyBody) {
 	return rec.Code, b
 }
 
-func check(b readyBody, name string) *ReadyCheck {
+func check(b readyBody, name string) *api.ReadyCheck {
 	for i := range b.Checks {
 		if b.Checks[i].Name == name {
 			return &b.Checks[i]
@@ -119,8 +120,8 @@ func TestExecRuntimeMissingIsUnavailable(t *testing.T) {
 		t.Fatalf("status %d %v, want 503", resp.StatusCode, body)
 	}
 	code, _, msg := errorOf(t, body)
-	if code != CodeUnavailable {
-		t.Errorf("code %q, want %s", code, CodeUnavailable)
+	if code != api.CodeUnavailable {
+		t.Errorf("code %q, want %s", code, api.CodeUnavailable)
 	}
 	for _, want := range []string{`"runsc"`, `"strict"`, "make gvisor"} {
 		if !strings.Contains(msg, want) {

@@ -15,29 +15,10 @@ import (
 	"sync"
 
 	"github.com/labstack/echo/v4"
+	"github.com/sandboxd/sandboxd/api"
 	"github.com/santhosh-tekuri/jsonschema/v6"
 	"github.com/santhosh-tekuri/jsonschema/v6/kind"
 )
-
-// The JSON Schemas (draft 2020-12) of the request bodies of POST /exec and
-// POST /fetch. They are also the input schemas of the run_python and
-// fetch_url tools (GET /tools, /mcp) and the request schemas of
-// openapi.yaml: one definition, so that what a model is told and what the
-// API accepts cannot differ.
-var (
-	//go:embed schemas/exec_request.json
-	execRequestSchemaJSON []byte
-	//go:embed schemas/fetch_request.json
-	fetchRequestSchemaJSON []byte
-)
-
-// ExecRequestSchema returns the JSON Schema of ExecRequest (the body of
-// POST /exec and the input of the run_python tool).
-func ExecRequestSchema() json.RawMessage { return slices.Clone(execRequestSchemaJSON) }
-
-// FetchRequestSchema returns the JSON Schema of FetchRequest (the body of
-// POST /fetch and the input of the fetch_url tool).
-func FetchRequestSchema() json.RawMessage { return slices.Clone(fetchRequestSchemaJSON) }
 
 // bodySchema is a compiled request schema with its parsed document, which
 // gives the descriptions and allowed values quoted in error messages.
@@ -49,7 +30,7 @@ type bodySchema struct {
 
 var bodySchemas = sync.OnceValue(func() map[string]*bodySchema {
 	out := map[string]*bodySchema{}
-	for path, raw := range map[string][]byte{"/exec": execRequestSchemaJSON, "/fetch": fetchRequestSchemaJSON} {
+	for path, raw := range map[string][]byte{"/exec": api.ExecRequestSchema(), "/fetch": api.FetchRequestSchema()} {
 		doc, err := jsonschema.UnmarshalJSON(bytes.NewReader(raw))
 		if err != nil {
 			panic("api: request schema of " + path + ": " + err.Error())
@@ -87,7 +68,7 @@ func decodeChecked(r io.Reader, maxBytes int64, sch *bodySchema, v any) error {
 		return jsonError(err, maxBytes)
 	}
 	if err := decodeJSONFrom(bytes.NewReader(raw), maxBytes, v); err != nil {
-		var e *Error
+		var e *api.Error
 		if errors.As(err, &e) && e.Field != "" && strings.HasPrefix(e.Message, "unknown field ") {
 			if msg := sch.unknownField(raw, e.Field); msg != "" {
 				e.Message = msg
@@ -102,7 +83,7 @@ func decodeChecked(r io.Reader, maxBytes int64, sch *bodySchema, v any) error {
 }
 
 // check validates a body that decoded; nil when it conforms.
-func (b *bodySchema) check(raw []byte) *Error {
+func (b *bodySchema) check(raw []byte) *api.Error {
 	inst, err := jsonschema.UnmarshalJSON(bytes.NewReader(raw))
 	if err != nil {
 		return validation("", "invalid JSON body: %v", err)
@@ -202,7 +183,7 @@ func firstLeaf(e *jsonschema.ValidationError) *jsonschema.ValidationError {
 
 // explain turns one schema error into a VALIDATION error that says which
 // field, what was wrong and what is allowed.
-func (b *bodySchema) explain(e *jsonschema.ValidationError, inst any) *Error {
+func (b *bodySchema) explain(e *jsonschema.ValidationError, inst any) *api.Error {
 	loc := e.InstanceLocation
 	if _, ok := e.ErrorKind.(*kind.PropertyNames); ok {
 		// jsonschema v6.0.3 gives a propertyNames error a location that

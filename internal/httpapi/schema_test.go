@@ -7,6 +7,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/sandboxd/sandboxd/api"
 )
 
 // jsonFields returns the JSON names of a struct type's fields.
@@ -80,8 +82,8 @@ func TestRequestSchemasMatchStructs(t *testing.T) {
 		raw []byte
 		typ reflect.Type
 	}{
-		{ExecRequestSchema(), reflect.TypeFor[ExecRequest]()},
-		{FetchRequestSchema(), reflect.TypeFor[FetchRequest]()},
+		{api.ExecRequestSchema(), reflect.TypeFor[api.ExecRequest]()},
+		{api.FetchRequestSchema(), reflect.TypeFor[api.FetchRequest]()},
 	} {
 		var schema map[string]any
 		if err := json.Unmarshal(tc.raw, &schema); err != nil {
@@ -118,7 +120,7 @@ func TestSchemaValidationMessages(t *testing.T) {
 				t.Fatalf("status %d: %v", resp.StatusCode, body)
 			}
 			code, field, msg := errorOf(t, body)
-			if code != CodeValidation || field != tc.field {
+			if code != api.CodeValidation || field != tc.field {
 				t.Fatalf("code %s field %q (%s); want VALIDATION on %q", code, field, msg, tc.field)
 			}
 			for _, want := range tc.inMsg {
@@ -163,7 +165,7 @@ func TestFetchSchemaMessages(t *testing.T) {
 		{`{"url":"http://pages.test/","profile":"pages","headers":{}}`, "headers", []string{`unknown field "headers"`, "url, profile, format, max_bytes, selector, links"}},
 	} {
 		r := f.fetch(tc.body)
-		if r.code != 400 || r.errCode() != CodeValidation {
+		if r.code != 400 || r.errCode() != api.CodeValidation {
 			t.Errorf("%s: %d %s", tc.body, r.code, r.raw)
 			continue
 		}
@@ -190,7 +192,7 @@ func TestSchemaEnumsMatchHandlers(t *testing.T) {
 			Enum []string `json:"enum"`
 		} `json:"properties"`
 	}
-	if err := json.Unmarshal(FetchRequestSchema(), &fetch); err != nil {
+	if err := json.Unmarshal(api.FetchRequestSchema(), &fetch); err != nil {
 		t.Fatal(err)
 	}
 	if got := fetch.Properties["format"].Enum; !slices.Equal(got, []string{"text", "markdown"}) {

@@ -20,6 +20,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/labstack/echo/v4"
 
+	"github.com/sandboxd/sandboxd/api"
 	"github.com/sandboxd/sandboxd/browse"
 	"github.com/sandboxd/sandboxd/egress"
 	"github.com/sandboxd/sandboxd/egress/approval"
@@ -253,16 +254,16 @@ func (s *Server) authenticate(role string) echo.MiddlewareFunc {
 		return func(c echo.Context) error {
 			bearer, ok := auth.ParseBearer(c.Request().Header.Get(echo.HeaderAuthorization))
 			if !ok {
-				return &Error{Status: http.StatusUnauthorized, Code: CodeAuth, Message: "missing API key: send the header Authorization: Bearer <key>"}
+				return &api.Error{Status: http.StatusUnauthorized, Code: api.CodeAuth, Message: "missing API key: send the header Authorization: Bearer <key>"}
 			}
 			key, ok := s.cfg.Keys.Authenticate(bearer)
 			if !ok {
-				return &Error{Status: http.StatusUnauthorized, Code: CodeAuth, Message: "the API key is not valid"}
+				return &api.Error{Status: http.StatusUnauthorized, Code: api.CodeAuth, Message: "the API key is not valid"}
 			}
 			c.Set(ctxKey, key)
 			c.Set(ctxLogger, requestLogger(c, s.log).With("tenant", key.Tenant, "key_id", key.ID))
 			if !key.Has(role) {
-				return &Error{Status: http.StatusForbidden, Code: CodeForbidden, Message: fmt.Sprintf("key %q lacks the role %q needed here", key.ID, role)}
+				return &api.Error{Status: http.StatusForbidden, Code: api.CodeForbidden, Message: fmt.Sprintf("key %q lacks the role %q needed here", key.ID, role)}
 			}
 			return next(c)
 		}
@@ -271,16 +272,6 @@ func (s *Server) authenticate(role string) echo.MiddlewareFunc {
 
 func (s *Server) healthz(c echo.Context) error {
 	return c.JSON(http.StatusOK, map[string]string{"status": "ok"})
-}
-
-// ReadyCheck is one readiness check's outcome.
-type ReadyCheck struct {
-	Name string `json:"name"`
-	OK   bool   `json:"ok"`
-	// Optional checks do not make the service unready when they fail: only
-	// the profiles that need them are refused (see runtimeChecks).
-	Optional bool   `json:"optional,omitempty"`
-	Error    string `json:"error,omitempty"`
 }
 
 // runtimeLister is implemented by engines that can say which OCI runtimes
@@ -292,9 +283,9 @@ type runtimeLister interface {
 func (s *Server) readyz(c echo.Context) error {
 	ctx, cancel := context.WithTimeout(c.Request().Context(), 5*time.Second)
 	defer cancel()
-	var checks []ReadyCheck
+	var checks []api.ReadyCheck
 	add := func(name string, err error) {
-		ch := ReadyCheck{Name: name, OK: err == nil}
+		ch := api.ReadyCheck{Name: name, OK: err == nil}
 		if err != nil {
 			ch.Error = err.Error()
 		}
@@ -315,7 +306,7 @@ func (s *Server) readyz(c echo.Context) error {
 			_, err := s.cfg.Engine.ImageID(ctx, p.Image)
 			add("image "+p.Image, err)
 		}
-		var rc []ReadyCheck
+		var rc []api.ReadyCheck
 		rc, unavailable = s.runtimeChecks(ctx, set)
 		checks = append(checks, rc...)
 		if ch, names := s.egressCheck(set); ch != nil {
@@ -345,7 +336,7 @@ func (s *Server) readyz(c echo.Context) error {
 // other is optional: when it is missing, readyz stays 200 and lists the
 // profiles that need it as unavailable, and their execs answer 503
 // UNAVAILABLE (so a host without gVisor still serves the default profile).
-func (s *Server) runtimeChecks(ctx context.Context, set *profiles.Set) (checks []ReadyCheck, unavailable []string) {
+func (s *Server) runtimeChecks(ctx context.Context, set *profiles.Set) (checks []api.ReadyCheck, unavailable []string) {
 	lister, ok := s.cfg.Engine.(runtimeLister)
 	if !ok {
 		return nil, nil
@@ -361,7 +352,7 @@ func (s *Server) runtimeChecks(ctx context.Context, set *profiles.Set) (checks [
 	}
 	have, listErr := lister.Runtimes(ctx)
 	for _, rt := range order {
-		ch := ReadyCheck{Name: "runtime " + rt, OK: listErr == nil && slices.Contains(have, rt)}
+		ch := api.ReadyCheck{Name: "runtime " + rt, OK: listErr == nil && slices.Contains(have, rt)}
 		ch.Optional = !slices.Contains(users[rt], profiles.DefaultName)
 		switch {
 		case listErr != nil:
@@ -389,7 +380,7 @@ type egressNetworker interface {
 // network is up ("egress network"). It is optional unless the default
 // profile needs it; the profiles that need it are unavailable without it
 // (their execs answer 503 UNAVAILABLE).
-func (s *Server) egressCheck(set *profiles.Set) (*ReadyCheck, []string) {
+func (s *Server) egressCheck(set *profiles.Set) (*api.ReadyCheck, []string) {
 	var users []string
 	for _, name := range set.Names() {
 		if runner.Networked(set.Exec[name]) {
@@ -399,7 +390,7 @@ func (s *Server) egressCheck(set *profiles.Set) (*ReadyCheck, []string) {
 	if len(users) == 0 {
 		return nil, nil
 	}
-	ch := &ReadyCheck{Name: "egress network", Optional: !slices.Contains(users, profiles.DefaultName)}
+	ch := &api.ReadyCheck{Name: "egress network", Optional: !slices.Contains(users, profiles.DefaultName)}
 	if en, ok := s.cfg.Engine.(egressNetworker); ok && en.EgressNetwork() != nil {
 		ch.OK = true
 		return ch, nil

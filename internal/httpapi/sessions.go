@@ -29,6 +29,7 @@ import (
 
 	"github.com/labstack/echo/v4"
 
+	"github.com/sandboxd/sandboxd/api"
 	"github.com/sandboxd/sandboxd/internal/auth"
 	"github.com/sandboxd/sandboxd/internal/control/admit"
 	"github.com/sandboxd/sandboxd/internal/control/budget"
@@ -37,19 +38,6 @@ import (
 	"github.com/sandboxd/sandboxd/internal/jobproto"
 	"github.com/sandboxd/sandboxd/profiles"
 	"github.com/sandboxd/sandboxd/runner"
-)
-
-// Error codes of sessions.
-const (
-	// CodeSessionBusy: a call, or a file transfer, of the session is
-	// running; sessions run one operation at a time.
-	CodeSessionBusy = "SESSION_BUSY"
-	// CodeSessionEnded: the session has ended (the message says why).
-	CodeSessionEnded = "SESSION_ENDED"
-	// CodeFileUnavailable: GET /sessions/{id}/files/{path} names a file
-	// that is not returned (a link, a special file, over the cap), or a
-	// file upload could not be written.
-	CodeFileUnavailable = "FILE_UNAVAILABLE"
 )
 
 // Session states.
@@ -118,114 +106,6 @@ func (s *Server) sessionEngine() SessionEngine {
 	return nil
 }
 
-// SessionCreateRequest is the body of POST /sessions.
-type SessionCreateRequest struct {
-	Profile string         `json:"profile"`
-	Limits  *LimitsRequest `json:"limits"`
-	// IdleTimeoutS and MaxLifetimeS lower the profile's
-	// session_idle_timeout_s and session_max_lifetime_s.
-	IdleTimeoutS *int64 `json:"idle_timeout_s"`
-	MaxLifetimeS *int64 `json:"max_lifetime_s"`
-}
-
-// SessionExecRequest is the body of POST /sessions/{id}/exec.
-type SessionExecRequest struct {
-	Code  *string  `json:"code"`
-	Stdin string   `json:"stdin"`
-	Files []InFile `json:"files"`
-	// TimeoutMS lowers the session's limits.timeout_ms for this call.
-	TimeoutMS *int64 `json:"timeout_ms"`
-}
-
-// SessionFilesRequest is the body of POST /sessions/{id}/files.
-type SessionFilesRequest struct {
-	Files []InFile `json:"files"`
-}
-
-// SessionFilesResponse answers POST /sessions/{id}/files.
-type SessionFilesResponse struct {
-	Files []SessionFileRef `json:"files"`
-}
-
-// SessionFileRef names a file written into a session.
-type SessionFileRef struct {
-	Path string `json:"path"`
-	Size int64  `json:"size"`
-}
-
-// SessionInfo is the body of POST /sessions (201), GET and DELETE
-// /sessions/{id}.
-type SessionInfo struct {
-	ID    string `json:"id"`
-	State string `json:"state"` // ready, busy or ended
-	// SandboxID is the sandboxd.exec-id label of the session's container.
-	SandboxID    string          `json:"sandbox_id"`
-	Profile      ProfileRef      `json:"profile"`
-	Limits       profiles.Limits `json:"limits"`
-	Image        string          `json:"image"`
-	IdleTimeoutS int64           `json:"idle_timeout_s"`
-	MaxLifetimeS int64           `json:"max_lifetime_s"`
-	CreatedAt    time.Time       `json:"created_at"`
-	LastUsedAt   time.Time       `json:"last_used_at"`
-	// ExpiresAt is when the session ends if it is not used before;
-	// EndsBy when it ends whatever happens.
-	ExpiresAt time.Time    `json:"expires_at"`
-	EndsBy    time.Time    `json:"ends_by"`
-	EndedAt   *time.Time   `json:"ended_at,omitempty"`
-	EndReason string       `json:"end_reason,omitempty"`
-	Usage     SessionUsage `json:"usage"`
-}
-
-// SessionUsage is what a session has used so far.
-type SessionUsage struct {
-	Calls int64 `json:"calls"`
-	// CPUMS is the CPU charged to the budgets (threads left running
-	// between calls included); WallMS the calls' wall time.
-	CPUMS  int64 `json:"cpu_ms"`
-	WallMS int64 `json:"wall_ms"`
-	// MemoryBytes is the container's memory use after the last call.
-	MemoryBytes int64 `json:"memory_bytes"`
-	// Restarts counts the calls after which the interpreter was replaced.
-	Restarts int64 `json:"restarts"`
-}
-
-// SessionExecResponse is the body of a 200 from POST /sessions/{id}/exec:
-// an exec response and the call's results.
-type SessionExecResponse struct {
-	ExecResponse
-	Results []RichResult `json:"results"`
-	// Exception describes an uncaught exception (status error); its
-	// traceback is also in stderr.
-	Exception *SessionException `json:"exception,omitempty"`
-	// StateLost: the interpreter was replaced; what earlier calls defined
-	// is gone.
-	StateLost    bool   `json:"state_lost"`
-	SessionID    string `json:"session_id"`
-	SessionState string `json:"session_state"`
-}
-
-// RichResult is a result of a session call besides its output.
-type RichResult struct {
-	// Type is repr (the final expression), table (a pandas DataFrame as
-	// text) or image/png (a matplotlib figure).
-	Type      string `json:"type"`
-	Text      string `json:"text,omitempty"`
-	Data      string `json:"data,omitempty"` // base64 PNG
-	Width     int    `json:"width,omitempty"`
-	Height    int    `json:"height,omitempty"`
-	Size      int    `json:"size,omitempty"`
-	Truncated bool   `json:"truncated,omitempty"`
-	// Omitted says why a figure's data is not included.
-	Omitted string `json:"omitted,omitempty"`
-}
-
-// SessionException is an uncaught exception of a call.
-type SessionException struct {
-	Type      string `json:"type"`
-	Message   string `json:"message"`
-	Traceback string `json:"traceback"`
-}
-
 // execAuditHook adds to an exec's audit record and capture (sessions.go
 // uses it for the session's id and the call's results).
 type execAuditHook func(r *audit.Record, parts *[]capture.Part, meta map[string]string)
@@ -259,7 +139,7 @@ type liveSession struct {
 	ended     bool
 	endedAt   time.Time
 	endReason string
-	usage     SessionUsage
+	usage     api.SessionUsage
 }
 
 // auditSession is the session its own records (start, end, file
@@ -402,11 +282,11 @@ func (s *Server) endSession(ls *liveSession, reason string) {
 	}
 }
 
-func (ls *liveSession) info() *SessionInfo {
+func (ls *liveSession) info() *api.SessionInfo {
 	ls.mu.Lock()
 	defer ls.mu.Unlock()
-	in := &SessionInfo{ID: ls.id, SandboxID: ls.sandbox, Profile: ProfileRef{Name: ls.profile.Name, Version: ls.profile.Version},
-		Limits: ls.limits, Image: ls.box.ImageID(), IdleTimeoutS: int64(ls.idle / time.Second), MaxLifetimeS: int64(ls.lifetime / time.Second),
+	in := &api.SessionInfo{ID: ls.id, SandboxID: ls.sandbox, Profile: api.ProfileRef{Name: ls.profile.Name, Version: ls.profile.Version},
+		Limits: api.Limits(ls.limits), Image: ls.box.ImageID(), IdleTimeoutS: int64(ls.idle / time.Second), MaxLifetimeS: int64(ls.lifetime / time.Second),
 		CreatedAt: ls.created, LastUsedAt: ls.lastUsed, EndsBy: ls.created.Add(ls.lifetime), Usage: ls.usage}
 	in.ExpiresAt = ls.lastUsed.Add(ls.idle)
 	if in.EndsBy.Before(in.ExpiresAt) {
@@ -433,8 +313,8 @@ func newSessionID() string {
 
 // sessionNotFound is the answer for a session that does not exist or
 // belongs to another key: the two are not told apart.
-func sessionNotFound(id string) *Error {
-	return &Error{Status: http.StatusNotFound, Code: CodeNotFound,
+func sessionNotFound(id string) *api.Error {
+	return &api.Error{Status: http.StatusNotFound, Code: api.CodeNotFound,
 		Message: fmt.Sprintf("no session %q visible to this key: a session is visible only to the key that made it, until %s after it ended", id, sessionKeepEnded)}
 }
 
@@ -454,14 +334,14 @@ func (s *Server) lookupSession(c echo.Context) (*liveSession, error) {
 }
 
 // claim marks ls busy for one operation; the returned func releases it.
-func (ls *liveSession) claim() (func(), *Error) {
+func (ls *liveSession) claim() (func(), *api.Error) {
 	ls.mu.Lock()
 	defer ls.mu.Unlock()
 	switch {
 	case ls.ended:
-		return nil, &Error{Status: http.StatusConflict, Code: CodeSessionEnded, Message: fmt.Sprintf("session %s has ended: %s; start a new one with POST /sessions", ls.id, ls.endReason)}
+		return nil, &api.Error{Status: http.StatusConflict, Code: api.CodeSessionEnded, Message: fmt.Sprintf("session %s has ended: %s; start a new one with POST /sessions", ls.id, ls.endReason)}
 	case ls.busy:
-		return nil, &Error{Status: http.StatusConflict, Code: CodeSessionBusy, RetryAfter: 1,
+		return nil, &api.Error{Status: http.StatusConflict, Code: api.CodeSessionBusy, RetryAfter: 1,
 			Message: fmt.Sprintf("session %s is running another call or file transfer; a session runs one at a time, retry when it has finished", ls.id)}
 	}
 	ls.busy = true
@@ -472,9 +352,9 @@ func (ls *liveSession) claim() (func(), *Error) {
 	}, nil
 }
 
-func (s *Server) frozenError() *Error {
+func (s *Server) frozenError() *api.Error {
 	st := s.ctl.frozen.Load()
-	return s.refusal(&Error{Status: http.StatusServiceUnavailable, Code: CodeFrozen,
+	return s.refusal(&api.Error{Status: http.StatusServiceUnavailable, Code: api.CodeFrozen,
 		Message: fmt.Sprintf("sandboxd is frozen by an operator (since %s, by %s%s): no new code runs until it is unfrozen", st.Since.Format(time.RFC3339), st.By, reasonSuffix(st.Reason))})
 }
 
@@ -498,7 +378,7 @@ func (s *Server) createSession(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	var req SessionCreateRequest
+	var req api.SessionCreateRequest
 	if err := decodeJSON(c, sessionCreateBody, &req); err != nil {
 		return err
 	}
@@ -529,7 +409,7 @@ func (s *Server) createSession(c echo.Context) error {
 	}
 	eng := s.sessionEngine()
 	if eng == nil {
-		return &Error{Status: http.StatusServiceUnavailable, Code: CodeUnavailable, Message: "this sandboxd's engine does not run sessions"}
+		return &api.Error{Status: http.StatusServiceUnavailable, Code: api.CodeUnavailable, Message: "this sandboxd's engine does not run sessions"}
 	}
 	// The tenant's cap, with this session reserved until it started or failed.
 	m := s.ctl.sessions
@@ -557,7 +437,7 @@ func (s *Server) createSession(c echo.Context) error {
 			running, waiting, slots := s.cfg.Gate.Stats()
 			return s.refusal(busyError(running, waiting, slots))
 		}
-		return &Error{Status: http.StatusServiceUnavailable, Code: CodeUnavailable, Message: "the request ended while waiting for a run slot"}
+		return &api.Error{Status: http.StatusServiceUnavailable, Code: api.CodeUnavailable, Message: "the request ended while waiting for a run slot"}
 	}
 	id := newSessionID()
 	spec := &runner.Spec{ID: id, Profile: prof, Limits: limits}
@@ -570,11 +450,11 @@ func (s *Server) createSession(c echo.Context) error {
 		log.Error("starting a session failed", "err", err)
 		switch {
 		case errors.Is(err, runner.ErrImageMissing), errors.Is(err, runner.ErrRuntimeMissing), errors.Is(err, runner.ErrEgressUnavailable):
-			return &Error{Status: http.StatusServiceUnavailable, Code: CodeUnavailable, Message: err.Error()}
+			return &api.Error{Status: http.StatusServiceUnavailable, Code: api.CodeUnavailable, Message: err.Error()}
 		case errors.Is(err, runner.ErrEngine), errors.Is(err, runner.ErrLauncher), errors.Is(err, runner.ErrSessionEnded):
-			return &Error{Status: http.StatusServiceUnavailable, Code: CodeUnavailable, Message: "the container engine failed to start the session's sandbox; retry later"}
+			return &api.Error{Status: http.StatusServiceUnavailable, Code: api.CodeUnavailable, Message: "the container engine failed to start the session's sandbox; retry later"}
 		case ctx.Err() != nil:
-			return &Error{Status: http.StatusServiceUnavailable, Code: CodeUnavailable, Message: "the request ended while the session started"}
+			return &api.Error{Status: http.StatusServiceUnavailable, Code: api.CodeUnavailable, Message: "the request ended while the session started"}
 		}
 		return err
 	}
@@ -592,7 +472,7 @@ func (s *Server) createSession(c echo.Context) error {
 	m.mu.Unlock()
 	if closing {
 		box.Close("sandboxd is shutting down")
-		return &Error{Status: http.StatusServiceUnavailable, Code: CodeUnavailable, Message: "sandboxd is shutting down"}
+		return &api.Error{Status: http.StatusServiceUnavailable, Code: api.CodeUnavailable, Message: "sandboxd is shutting down"}
 	}
 	started = true
 	log.Info("session started", "sandbox_id", ls.sandbox, "start_ms", time.Since(begin).Milliseconds(), "idle_timeout_s", int64(idle/time.Second), "max_lifetime_s", int64(life/time.Second))
@@ -643,7 +523,7 @@ func (s *Server) sessionExec(c echo.Context) error {
 	if c.Request().Header.Get(headerIdempotencyKey) != "" {
 		return validation(headerIdempotencyKey, "session calls take no Idempotency-Key: a call changes the session's state, so a retry is not the same call; check the session's state with GET /sessions/{id} instead")
 	}
-	var req SessionExecRequest
+	var req api.SessionExecRequest
 	if err := decodeJSON(c, s.cfg.MaxBodyBytes, &req); err != nil {
 		return err
 	}
@@ -729,7 +609,7 @@ func (s *Server) sessionExec(c echo.Context) error {
 	ticket, refusal, err := s.ctl.limits.AdmitExec(c.Request().Context(), key.Tenant, xs, limits.TimeoutMS, limits.CPUs)
 	if err != nil {
 		j.log.Error("budget check failed", "err", err)
-		return s.send(c, s.auditExec(j, errAnswer(&Error{Status: http.StatusServiceUnavailable, Code: CodeUnavailable, Message: "the usage store failed; retry later"})))
+		return s.send(c, s.auditExec(j, errAnswer(&api.Error{Status: http.StatusServiceUnavailable, Code: api.CodeUnavailable, Message: "the usage store failed; retry later"})))
 	}
 	if refusal != nil {
 		return s.send(c, s.auditExec(j, errAnswer(s.budgetError(refusal))))
@@ -758,7 +638,7 @@ func (s *Server) runSessionCall(live *liveExec, j *execJob, ls *liveSession) (*a
 			running, waiting, slots := s.cfg.Gate.Stats()
 			return errAnswer(s.refusal(busyError(running, waiting, slots))), nil
 		}
-		return errAnswer(&Error{Status: http.StatusServiceUnavailable, Code: CodeUnavailable, Message: "the request ended while waiting for a run slot"}), nil
+		return errAnswer(&api.Error{Status: http.StatusServiceUnavailable, Code: api.CodeUnavailable, Message: "the request ended while waiting for a run slot"}), nil
 	}
 	defer release()
 	m.QueueSeconds.WithLabelValues(profile).Observe(time.Since(queued).Seconds())
@@ -785,18 +665,18 @@ func (s *Server) runSessionCall(live *liveExec, j *execJob, ls *liveSession) (*a
 			ls.mu.Lock()
 			reason := ls.endReason
 			ls.mu.Unlock()
-			return errAnswer(&Error{Status: http.StatusConflict, Code: CodeSessionEnded, Message: fmt.Sprintf("session %s has ended: %s; start a new one with POST /sessions", ls.id, reason)}), nil
+			return errAnswer(&api.Error{Status: http.StatusConflict, Code: api.CodeSessionEnded, Message: fmt.Sprintf("session %s has ended: %s; start a new one with POST /sessions", ls.id, reason)}), nil
 		case errors.Is(err, runner.ErrEngine):
 			j.ticket.Cancel()
 			j.log.Error("session call failed", "err", err)
 			s.endSession(ls, "the container engine failed")
 			m.Execs.WithLabelValues(profile, statusFailed).Inc()
-			return errAnswer(&Error{Status: http.StatusServiceUnavailable, Code: CodeUnavailable, Message: "the container engine failed to run the call; the session has ended"}), nil
+			return errAnswer(&api.Error{Status: http.StatusServiceUnavailable, Code: api.CodeUnavailable, Message: "the container engine failed to run the call; the session has ended"}), nil
 		}
 		j.log.Error("session call failed", "err", err)
 		j.ticket.Finish(live.ctx, int64(float64(wall.Milliseconds())*spec.Limits.CPUs), wall.Milliseconds())
 		m.Execs.WithLabelValues(profile, statusFailed).Inc()
-		a := errAnswer(&Error{Status: http.StatusInternalServerError, Code: CodeInternal, Message: "internal error; the request id in X-Request-Id helps the operator find it in the log"})
+		a := errAnswer(&api.Error{Status: http.StatusInternalServerError, Code: api.CodeInternal, Message: "internal error; the request id in X-Request-Id helps the operator find it in the log"})
 		a.keep = true
 		return a, nil
 	}
@@ -841,15 +721,15 @@ func (s *Server) runSessionCall(live *liveExec, j *execJob, ls *liveSession) (*a
 
 // sessionAnswer builds the 200 of a session call.
 func (s *Server) sessionAnswer(j *execJob, ls *liveSession, res *runner.SessionResult) *answer {
-	resp := &SessionExecResponse{ExecResponse: *toResponse(j.spec, &res.Result), Results: []RichResult{}, StateLost: res.StateLost, SessionID: ls.id, SessionState: sessionReady}
+	resp := &api.SessionExecResponse{ExecResponse: *toResponse(j.spec, &res.Result), Results: []api.RichResult{}, StateLost: res.StateLost, SessionID: ls.id, SessionState: sessionReady}
 	if eg := s.profiles().Egress[j.spec.Profile.Egress]; eg != nil {
-		resp.Egress = &ProfileRef{Name: eg.Name, Version: eg.Version}
+		resp.Egress = &api.ProfileRef{Name: eg.Name, Version: eg.Version}
 	}
 	if res.Ended {
 		resp.SessionState = sessionEnded
 	}
 	if e := res.Exception; e != nil {
-		resp.Exception = &SessionException{Type: e.Type, Message: e.Message, Traceback: e.Traceback}
+		resp.Exception = &api.SessionException{Type: e.Type, Message: e.Message, Traceback: e.Traceback}
 	}
 	for _, r := range res.Results {
 		resp.Results = append(resp.Results, richResult(r))
@@ -858,8 +738,8 @@ func (s *Server) sessionAnswer(j *execJob, ls *liveSession, res *runner.SessionR
 }
 
 // richResult renders one result; a figure is checked to be a PNG image.
-func richResult(r jobproto.RichResult) RichResult {
-	out := RichResult{Type: r.Kind, Text: r.Text, Truncated: r.Truncated, Omitted: r.Omitted}
+func richResult(r jobproto.RichResult) api.RichResult {
+	out := api.RichResult{Type: r.Kind, Text: r.Text, Truncated: r.Truncated, Omitted: r.Omitted}
 	if r.Kind != jobproto.ResultPNG || r.Omitted != "" {
 		return out
 	}
@@ -878,7 +758,7 @@ func (s *Server) sessionPutFiles(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	var req SessionFilesRequest
+	var req api.SessionFilesRequest
 	if err := decodeJSON(c, s.cfg.MaxBodyBytes, &req); err != nil {
 		return err
 	}
@@ -900,9 +780,9 @@ func (s *Server) sessionPutFiles(c echo.Context) error {
 	if err := ls.box.PutFiles(c.Request().Context(), files); err != nil {
 		return s.sessionFileError(ls, err)
 	}
-	resp := SessionFilesResponse{Files: []SessionFileRef{}}
+	resp := api.SessionFilesResponse{Files: []api.SessionFileRef{}}
 	for _, f := range files {
-		resp.Files = append(resp.Files, SessionFileRef{Path: f.Path, Size: int64(len(f.Content))})
+		resp.Files = append(resp.Files, api.SessionFileRef{Path: f.Path, Size: int64(len(f.Content))})
 	}
 	requestLogger(c, s.log).Info("session files written", "files", len(files))
 	if err := s.auditTransfer(c, ls, "files_put", files, nil, nil); err != nil {
@@ -968,11 +848,11 @@ func (s *Server) sessionGetFile(c echo.Context) error {
 	f, reason, err := ls.box.GetFile(c.Request().Context(), path, ls.profile.Files.MaxOutputFileBytes)
 	switch {
 	case errors.Is(err, runner.ErrNoFile):
-		return &Error{Status: http.StatusNotFound, Code: CodeNotFound, Message: fmt.Sprintf("no file /sandbox/%s in session %s", path, ls.id)}
+		return &api.Error{Status: http.StatusNotFound, Code: api.CodeNotFound, Message: fmt.Sprintf("no file /sandbox/%s in session %s", path, ls.id)}
 	case err != nil:
 		return s.sessionFileError(ls, err)
 	case reason != "":
-		return &Error{Status: http.StatusUnprocessableEntity, Code: CodeFileUnavailable, Message: fmt.Sprintf("/sandbox/%s is not returned: %s", path, reason)}
+		return &api.Error{Status: http.StatusUnprocessableEntity, Code: api.CodeFileUnavailable, Message: fmt.Sprintf("/sandbox/%s is not returned: %s", path, reason)}
 	}
 	content := f.Content
 	var red map[string]int
@@ -982,7 +862,7 @@ func (s *Server) sessionGetFile(c echo.Context) error {
 	if err := s.auditTransfer(c, ls, "file_get", nil, []jobproto.File{{Path: path, Content: content}}, red); err != nil {
 		return err
 	}
-	return c.JSON(http.StatusOK, OutFile{Path: path, Size: int64(len(content)), Mode: fmt.Sprintf("%04o", f.Mode), Content: base64.StdEncoding.EncodeToString(content)})
+	return c.JSON(http.StatusOK, api.OutFile{Path: path, Size: int64(len(content)), Mode: fmt.Sprintf("%04o", f.Mode), Content: base64.StdEncoding.EncodeToString(content)})
 }
 
 func (s *Server) sessionFileError(ls *liveSession, err error) error {
@@ -991,10 +871,10 @@ func (s *Server) sessionFileError(ls *liveSession, err error) error {
 		ls.mu.Lock()
 		reason := ls.endReason
 		ls.mu.Unlock()
-		return &Error{Status: http.StatusConflict, Code: CodeSessionEnded, Message: fmt.Sprintf("session %s has ended: %s; start a new one with POST /sessions", ls.id, reason)}
+		return &api.Error{Status: http.StatusConflict, Code: api.CodeSessionEnded, Message: fmt.Sprintf("session %s has ended: %s; start a new one with POST /sessions", ls.id, reason)}
 	}
 	if errors.Is(err, context.Canceled) {
-		return &Error{Status: http.StatusServiceUnavailable, Code: CodeUnavailable, Message: "the request ended during the file transfer"}
+		return &api.Error{Status: http.StatusServiceUnavailable, Code: api.CodeUnavailable, Message: "the request ended during the file transfer"}
 	}
-	return &Error{Status: http.StatusUnprocessableEntity, Code: CodeFileUnavailable, Message: "the file could not be written: " + err.Error()}
+	return &api.Error{Status: http.StatusUnprocessableEntity, Code: api.CodeFileUnavailable, Message: "the file could not be written: " + err.Error()}
 }

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sandboxd/sandboxd/api"
 	"github.com/sandboxd/sandboxd/internal/forensics/audit"
 	"github.com/sandboxd/sandboxd/internal/jobproto"
 	"github.com/sandboxd/sandboxd/runner"
@@ -203,7 +204,7 @@ func TestSessionCallAndResults(t *testing.T) {
 	if d.code != 200 || d.body["state"] != "ended" || !strings.Contains(d.body["end_reason"].(string), "DELETE") || !strings.Contains(f.fakeSession(0).closedWith(), "DELETE") {
 		t.Fatalf("DELETE: %s", d.raw)
 	}
-	if r := f.req(http.MethodPost, "/sessions/"+id+"/exec", keyAgent, `{"code":"1"}`); r.code != 409 || r.errCode() != CodeSessionEnded {
+	if r := f.req(http.MethodPost, "/sessions/"+id+"/exec", keyAgent, `{"code":"1"}`); r.code != 409 || r.errCode() != api.CodeSessionEnded {
 		t.Fatalf("exec after the end: %d %s", r.code, r.raw)
 	}
 }
@@ -221,7 +222,7 @@ func TestSessionsBelongToTheirKey(t *testing.T) {
 				}
 			}
 			r := f.req(rq[0], rq[1], key, body)
-			if r.code != 404 || r.errCode() != CodeNotFound || strings.Contains(string(r.raw), "acme") {
+			if r.code != 404 || r.errCode() != api.CodeNotFound || strings.Contains(string(r.raw), "acme") {
 				t.Errorf("%s %s with another tenant's key: %d %s", rq[0], rq[1], r.code, r.raw)
 			}
 		}
@@ -249,7 +250,7 @@ func TestSessionValidationAndCaps(t *testing.T) {
 	}
 	id := f.newSession(keyAgent, `{"limits":{"timeout_ms":2000}}`)
 	r := f.req("POST", "/sessions", keyAgent, `{}`)
-	if r.code != 429 || r.errCode() != CodeBudgetExceeded || r.errAttr("budget") != "tenant.max_sessions" {
+	if r.code != 429 || r.errCode() != api.CodeBudgetExceeded || r.errAttr("budget") != "tenant.max_sessions" {
 		t.Fatalf("second session over max_sessions 1: %d %s", r.code, r.raw)
 	}
 	for _, c := range []struct{ body, field string }{
@@ -294,7 +295,7 @@ func TestSessionBusyFilesAndCancel(t *testing.T) {
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
-	if r := f.req("POST", "/sessions/"+id+"/exec", keyAgent, `{"code":"1"}`); r.code != 409 || r.errCode() != CodeSessionBusy {
+	if r := f.req("POST", "/sessions/"+id+"/exec", keyAgent, `{"code":"1"}`); r.code != 409 || r.errCode() != api.CodeSessionBusy {
 		t.Fatalf("second call while busy: %d %s", r.code, r.raw)
 	}
 	// The running call is an exec: DELETE /exec/{id} stops it.
@@ -342,7 +343,7 @@ func TestSessionsEndIdleFrozenAndAtClose(t *testing.T) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	if r := f.req("POST", "/sessions", keyAgent, `{}`); r.code != 503 || r.errCode() != CodeFrozen {
+	if r := f.req("POST", "/sessions", keyAgent, `{}`); r.code != 503 || r.errCode() != api.CodeFrozen {
 		t.Fatalf("a session while frozen: %d %s", r.code, r.raw)
 	}
 	f.req("POST", "/admin/unfreeze", keyAdmin, "")
@@ -364,7 +365,7 @@ func TestSessionCallsCountAsExecs(t *testing.T) {
 		}
 	}
 	r := f.req("POST", "/sessions/"+id+"/exec", keyAgent, `{"code":"1"}`)
-	if r.code != 429 || r.errCode() != CodeBudgetExceeded || r.errAttr("budget") != "session.max_execs" || !strings.Contains(r.raw2(), id) {
+	if r.code != 429 || r.errCode() != api.CodeBudgetExceeded || r.errAttr("budget") != "session.max_execs" || !strings.Contains(r.raw2(), id) {
 		t.Fatalf("third call of the session: %d %s", r.code, r.raw)
 	}
 	// Under an agent session of its own, the call counts there.

@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/sandboxd/sandboxd/api"
 	"github.com/sandboxd/sandboxd/runner"
 )
 
@@ -53,12 +54,12 @@ func TestExecStreamEvents(t *testing.T) {
 			h = append(h, "Idempotency-Key", c.hdr)
 		}
 		r := f.req(http.MethodPost, "/exec", keyAgent, c.body, h...)
-		if r.code != c.code || r.errCode() != CodeValidation {
+		if r.code != c.code || r.errCode() != api.CodeValidation {
 			t.Errorf("%s: %d %s", c.body, r.code, r.raw)
 		}
 	}
 	f.req(http.MethodPost, "/admin/freeze", keyAdmin, "")
-	if r := f.req(http.MethodPost, "/exec", keyAgent, code1, "Accept", "text/event-stream"); r.code != 503 || r.errCode() != CodeFrozen {
+	if r := f.req(http.MethodPost, "/exec", keyAgent, code1, "Accept", "text/event-stream"); r.code != 503 || r.errCode() != api.CodeFrozen {
 		t.Fatalf("frozen stream: %d %s", r.code, r.raw)
 	}
 }

@@ -8,6 +8,7 @@ import (
 
 	"github.com/labstack/echo/v4"
 
+	"github.com/sandboxd/sandboxd/api"
 	"github.com/sandboxd/sandboxd/profiles"
 )
 
@@ -17,64 +18,17 @@ const (
 	ToolFetchURL  = "fetch_url"
 )
 
-// ToolDefinition is a tool in the generic form LLM tool-calling APIs take
-// ({name, description, input_schema}; Anthropic's Messages API takes it
-// as is). InputSchema is the JSON Schema that also validates the body of
-// the endpoint the tool calls.
-type ToolDefinition struct {
-	Name        string          `json:"name"`
-	Description string          `json:"description"`
-	InputSchema json.RawMessage `json:"input_schema"`
-}
-
-// ToolList is the body of GET /tools (and ?format=generic or anthropic).
-type ToolList struct {
-	Tools []ToolDefinition `json:"tools"`
-}
-
-// OpenAITool is a tool in the form of OpenAI's Chat Completions API
-// (GET /tools?format=openai).
-type OpenAITool struct {
-	Type     string         `json:"type"`
-	Function OpenAIFunction `json:"function"`
-}
-
-// OpenAIFunction is the function of an OpenAITool.
-type OpenAIFunction struct {
-	Name        string          `json:"name"`
-	Description string          `json:"description"`
-	Parameters  json.RawMessage `json:"parameters"`
-}
-
-// OpenAIToolList is the body of GET /tools?format=openai.
-type OpenAIToolList struct {
-	Tools []OpenAITool `json:"tools"`
-}
-
-// MCPTool is a tool as an MCP tools/list result gives it
-// (GET /tools?format=mcp).
-type MCPTool struct {
-	Name        string          `json:"name"`
-	Description string          `json:"description"`
-	InputSchema json.RawMessage `json:"inputSchema"`
-}
-
-// MCPToolList is the body of GET /tools?format=mcp.
-type MCPToolList struct {
-	Tools []MCPTool `json:"tools"`
-}
-
 // ToolDefinitions returns run_python and fetch_url with descriptions for
 // the profiles in force.
-func (s *Server) ToolDefinitions() []ToolDefinition { return ToolDefinitionsFor(s.profiles()) }
+func (s *Server) ToolDefinitions() []api.ToolDefinition { return ToolDefinitionsFor(s.profiles()) }
 
 // ToolDefinitionsFor returns run_python and fetch_url with descriptions
 // for a profile set: what each does, its limits, the profiles, and that
 // fetched content is untrusted.
-func ToolDefinitionsFor(set *profiles.Set) []ToolDefinition {
-	return []ToolDefinition{
-		{Name: ToolRunPython, Description: runPythonDescription(set), InputSchema: ExecRequestSchema()},
-		{Name: ToolFetchURL, Description: fetchURLDescription(set), InputSchema: FetchRequestSchema()},
+func ToolDefinitionsFor(set *profiles.Set) []api.ToolDefinition {
+	return []api.ToolDefinition{
+		{Name: ToolRunPython, Description: runPythonDescription(set), InputSchema: api.ExecRequestSchema()},
+		{Name: ToolFetchURL, Description: fetchURLDescription(set), InputSchema: api.FetchRequestSchema()},
 	}
 }
 
@@ -164,17 +118,17 @@ func (s *Server) tools(c echo.Context) error {
 	defs := s.ToolDefinitions()
 	switch f := c.QueryParam("format"); f {
 	case "", "generic", "anthropic":
-		return c.JSON(http.StatusOK, ToolList{Tools: defs})
+		return c.JSON(http.StatusOK, api.ToolList{Tools: defs})
 	case "openai":
-		out := OpenAIToolList{Tools: make([]OpenAITool, len(defs))}
+		out := api.OpenAIToolList{Tools: make([]api.OpenAITool, len(defs))}
 		for i, d := range defs {
-			out.Tools[i] = OpenAITool{Type: "function", Function: OpenAIFunction{Name: d.Name, Description: d.Description, Parameters: withoutDialect(d.InputSchema)}}
+			out.Tools[i] = api.OpenAITool{Type: "function", Function: api.OpenAIFunction{Name: d.Name, Description: d.Description, Parameters: withoutDialect(d.InputSchema)}}
 		}
 		return c.JSON(http.StatusOK, out)
 	case "mcp":
-		out := MCPToolList{Tools: make([]MCPTool, len(defs))}
+		out := api.MCPToolList{Tools: make([]api.MCPTool, len(defs))}
 		for i, d := range defs {
-			out.Tools[i] = MCPTool{Name: d.Name, Description: d.Description, InputSchema: d.InputSchema}
+			out.Tools[i] = api.MCPTool{Name: d.Name, Description: d.Description, InputSchema: d.InputSchema}
 		}
 		return c.JSON(http.StatusOK, out)
 	default:

@@ -4,6 +4,7 @@ import (
 	"net/http"
 
 	"github.com/labstack/echo/v4"
+	"github.com/sandboxd/sandboxd/api"
 )
 
 // usage serves GET /usage?session=ID (the caller's tenant's session; an
@@ -15,7 +16,7 @@ func (s *Server) usage(c echo.Context) error {
 	if tenant == "" {
 		tenant = key.Tenant
 	} else if !canSee(key, tenant) {
-		return &Error{Status: http.StatusForbidden, Code: CodeForbidden, Message: "a key sees only its own tenant's usage unless it has the admin role"}
+		return &api.Error{Status: http.StatusForbidden, Code: api.CodeForbidden, Message: "a key sees only its own tenant's usage unless it has the admin role"}
 	}
 	ctx := c.Request().Context()
 	switch {

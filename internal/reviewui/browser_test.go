@@ -116,7 +116,7 @@ func startServer(t *testing.T) *env {
 	_, portS, _ := net.SplitHostPort(up.Listener.Addr().String())
 	port, _ := strconv.Atoi(portS)
 
-	set, err := profiles.Load("../profiles")
+	set, err := profiles.Load("../../profiles")
 	if err != nil {
 		t.Fatal(err)
 	}

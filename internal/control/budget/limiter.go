@@ -8,13 +8,14 @@ import (
 	"sync"
 	"time"
 
+	"github.com/sandboxd/sandboxd/api"
 	"github.com/sandboxd/sandboxd/internal/store"
 )
 
 // Refusal codes.
 const (
-	CodeRateLimited    = "RATE_LIMITED"
-	CodeBudgetExceeded = "BUDGET_EXCEEDED"
+	CodeRateLimited    = api.CodeRateLimited
+	CodeBudgetExceeded = api.CodeBudgetExceeded
 )
 
 // Budget names, as they appear in refusals and in GET /usage.

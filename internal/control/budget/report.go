@@ -3,46 +3,12 @@ package budget
 import (
 	"context"
 	"math"
+
+	"github.com/sandboxd/sandboxd/api"
 )
 
-// Budget is one limit with what has been used against it.
-type Budget struct {
-	Name string `json:"name"`
-	// Limit is the configured limit; 0 means none.
-	Limit float64 `json:"limit"`
-	Used  float64 `json:"used"`
-	// Remaining is Limit - Used, at least 0; absent when there is no limit.
-	Remaining *float64 `json:"remaining,omitempty"`
-	Unit      string   `json:"unit"`
-}
-
-// Used is a usage summary.
-type Used struct {
-	Execs       int64   `json:"execs"`
-	Running     int64   `json:"running"`
-	CPUSeconds  float64 `json:"cpu_seconds"`
-	WallSeconds float64 `json:"wall_seconds"`
-	FetchBytes  int64   `json:"fetch_bytes"`
-}
-
-// TenantReport is what GET /usage?tenant= shows.
-type TenantReport struct {
-	Tenant  string   `json:"tenant"`
-	Day     string   `json:"day"`
-	Used    Used     `json:"used"`
-	Budgets []Budget `json:"budgets"`
-}
-
-// SessionReport is what GET /usage?session= shows.
-type SessionReport struct {
-	Tenant  string   `json:"tenant"`
-	Session string   `json:"session"`
-	Used    Used     `json:"used"`
-	Budgets []Budget `json:"budgets"`
-}
-
-func budget(name string, limit, used float64, unit string) Budget {
-	b := Budget{Name: name, Limit: limit, Used: math.Round(used*1000) / 1000, Unit: unit}
+func budget(name string, limit, used float64, unit string) api.UsageBudget {
+	b := api.UsageBudget{Name: name, Limit: limit, Used: math.Round(used*1000) / 1000, Unit: unit}
 	if limit > 0 {
 		r := math.Max(0, math.Round((limit-used)*1000)/1000)
 		b.Remaining = &r
@@ -51,7 +17,7 @@ func budget(name string, limit, used float64, unit string) Budget {
 }
 
 // TenantUsage reports tenant's use today against each tenant budget.
-func (l *Limiter) TenantUsage(ctx context.Context, tenant string) (*TenantReport, error) {
+func (l *Limiter) TenantUsage(ctx context.Context, tenant string) (*api.TenantUsageReport, error) {
 	if err := l.load(ctx, tenant, ""); err != nil {
 		return nil, err
 	}
@@ -68,10 +34,10 @@ func (l *Limiter) TenantUsage(ctx context.Context, tenant string) (*TenantReport
 		tokens := math.Min(lim.burst(rate), b.tokens+now.Sub(b.last).Seconds()*rate/60)
 		return lim.burst(rate) - tokens
 	}
-	r := &TenantReport{Tenant: tenant, Day: ts.day, Used: Used{
+	r := &api.TenantUsageReport{Tenant: tenant, Day: ts.day, Used: api.UsageTotals{
 		Execs: ts.used.Execs, Running: int64(ts.running), CPUSeconds: float64(ts.used.CPUMillis) / 1000,
 		WallSeconds: float64(ts.used.WallMillis) / 1000, FetchBytes: ts.used.FetchBytes}}
-	r.Budgets = []Budget{
+	r.Budgets = []api.UsageBudget{
 		budget(TenantExecRate, lim.ExecPerMinute, rateUsed(KindExec, lim.ExecPerMinute), "requests per minute (token bucket: used = tokens taken and not yet refilled)"),
 		budget(TenantFetchRate, lim.FetchPerMinute, rateUsed(KindFetch, lim.FetchPerMinute), "requests per minute (token bucket: used = tokens taken and not yet refilled)"),
 		budget(TenantConcurrentExecs, float64(lim.ConcurrentExecs), float64(ts.running), "execs queued or running"),
@@ -82,7 +48,7 @@ func (l *Limiter) TenantUsage(ctx context.Context, tenant string) (*TenantReport
 }
 
 // SessionUsage reports a session's use against each session budget.
-func (l *Limiter) SessionUsage(ctx context.Context, tenant, session string) (*SessionReport, error) {
+func (l *Limiter) SessionUsage(ctx context.Context, tenant, session string) (*api.SessionUsageReport, error) {
 	if err := l.load(ctx, tenant, session); err != nil {
 		return nil, err
 	}
@@ -91,10 +57,10 @@ func (l *Limiter) SessionUsage(ctx context.Context, tenant, session string) (*Se
 	defer l.mu.Unlock()
 	ss := l.sessions[sessionKey(tenant, session)]
 	u := ss.used
-	r := &SessionReport{Tenant: tenant, Session: session, Used: Used{
+	r := &api.SessionUsageReport{Tenant: tenant, Session: session, Used: api.UsageTotals{
 		Execs: u.Execs, Running: ss.pending, CPUSeconds: float64(u.CPUMillis) / 1000,
 		WallSeconds: float64(u.WallMillis) / 1000, FetchBytes: u.FetchBytes}}
-	r.Budgets = []Budget{
+	r.Budgets = []api.UsageBudget{
 		budget(SessionMaxExecs, float64(lim.MaxExecs), float64(u.Execs+ss.pending), "execs (finished and running)"),
 		budget(SessionCPU, lim.CPUSeconds, float64(u.CPUMillis)/1000, "CPU-seconds"),
 		budget(SessionWall, lim.WallSeconds, float64(u.WallMillis)/1000, "wall-clock seconds of running code"),

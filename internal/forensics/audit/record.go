@@ -19,7 +19,21 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
-	"time"
+
+	"github.com/sandboxd/sandboxd/api"
+)
+
+// Record is one audit record: the API's wire type, which is also the form
+// the chain hashes. Append sets Seq, ID (when empty), Time (when zero),
+// PrevHash and Hash.
+type Record = api.AuditRecord
+
+// Output, Decision, ProfileRef and DatasetRef are the parts of a Record.
+type (
+	Output     = api.AuditOutput
+	Decision   = api.EgressDecision
+	ProfileRef = api.ProfileRef
+	DatasetRef = api.DatasetRef
 )
 
 // Kinds of records.
@@ -35,54 +49,6 @@ const (
 	KindAdmin         = "admin"        // freeze, unfreeze, approval decisions
 	KindSession       = "session"      // a stateful session started or ended, or a file transfer of one (its calls are exec records)
 )
-
-// Record is one audit record. The API fills what it knows; Append sets Seq,
-// ID (when empty), Time (when zero), PrevHash and Hash.
-type Record struct {
-	Seq  int64     `json:"seq"`
-	ID   string    `json:"id"`
-	Time time.Time `json:"time"`
-	Kind string    `json:"kind"`
-	// Action details the kind: freeze, unfreeze, approve, reject, hold, ...
-	Action    string `json:"action,omitempty"`
-	Tenant    string `json:"tenant,omitempty"`
-	KeyID     string `json:"key_id,omitempty"`
-	RequestID string `json:"request_id,omitempty"`
-	TraceID   string `json:"trace_id,omitempty"`
-	Session   string `json:"session,omitempty"`
-	// Subject is what the record is about: an exec id, a fetch id, a
-	// capture id, a profile name.
-	Subject       string `json:"subject,omitempty"`
-	RequestSHA256 string `json:"request_sha256,omitempty"`
-	CodeSHA256    string `json:"code_sha256,omitempty"`
-	// ExecProfile and EgressProfile name the profiles with their versions.
-	ExecProfile   *ProfileRef `json:"exec_profile,omitempty"`
-	EgressProfile *ProfileRef `json:"egress_profile,omitempty"`
-	Image         string      `json:"image,omitempty"`
-	Runtime       string      `json:"runtime,omitempty"`
-	// Status is the outcome: a run status, ok, or an error code.
-	Status   string `json:"status,omitempty"`
-	ExitCode *int   `json:"exit_code,omitempty"`
-	// DurationsMS: queue, run, total (whatever applies).
-	DurationsMS map[string]int64 `json:"durations_ms,omitempty"`
-	// Inputs name what the caller gave the code (input files, stdin), and
-	// Outputs what was returned, by size and sha256 (never content).
-	Inputs     []Output       `json:"inputs,omitempty"`
-	Outputs    []Output       `json:"outputs,omitempty"`
-	Redactions map[string]int `json:"redactions,omitempty"`
-	CaptureIDs []string       `json:"capture_ids,omitempty"`
-	// Egress lists every egress decision of a fetch (each hop).
-	Egress []Decision `json:"egress,omitempty"`
-	// Datasets the exec mounted, with their snapshot ids.
-	Datasets []DatasetRef `json:"datasets,omitempty"`
-	// Hosts are the hosts the record touched (fetch hops), for filtering.
-	Hosts   []string          `json:"hosts,omitempty"`
-	Message string            `json:"message,omitempty"`
-	Detail  map[string]string `json:"detail,omitempty"`
-
-	PrevHash string `json:"prev_hash"`
-	Hash     string `json:"hash,omitempty"`
-}
 
 // CaptureRead describes one read of a capture's content, through the API
 // or the review page.
@@ -109,39 +75,6 @@ func (c CaptureRead) Record() *Record {
 		r.Detail["reader_tenant"] = c.ReaderTenant
 	}
 	return r
-}
-
-// ProfileRef names a profile version.
-type ProfileRef struct {
-	Name    string `json:"name"`
-	Version string `json:"version"`
-}
-
-// Output is one input or returned output.
-type Output struct {
-	Name   string `json:"name"` // stdin, stdout, stderr, files/<path>, content
-	Size   int64  `json:"size"`
-	SHA256 string `json:"sha256"`
-}
-
-// Decision is one egress decision.
-type Decision struct {
-	URL     string `json:"url,omitempty"`
-	Method  string `json:"method,omitempty"`
-	Host    string `json:"host"`
-	Port    uint16 `json:"port,omitempty"`
-	IP      string `json:"ip,omitempty"`
-	Verdict string `json:"verdict"`
-	Code    string `json:"code"`
-	Rule    string `json:"rule,omitempty"`
-	Reason  string `json:"reason,omitempty"`
-	Status  int    `json:"status,omitempty"`
-}
-
-// DatasetRef is a dataset an exec mounted.
-type DatasetRef struct {
-	Name     string `json:"name"`
-	Snapshot string `json:"snapshot"`
 }
 
 // SHA256 returns the hex sha256 of b (for code and output digests).

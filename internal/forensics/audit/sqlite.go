@@ -16,6 +16,7 @@ import (
 
 	_ "modernc.org/sqlite" // the pure-Go SQLite driver
 
+	"github.com/sandboxd/sandboxd/api"
 	"github.com/sandboxd/sandboxd/internal/sqlitedb"
 )
 
@@ -47,23 +48,9 @@ var ErrNotFound = errors.New("audit record not found")
 // ErrClosed: the log is closed.
 var ErrClosed = errors.New("the audit log is closed")
 
-// Filter selects records. Zero fields match everything.
-type Filter struct {
-	Tenant     string
-	Kind       string
-	Status     string
-	Profile    string // exec or egress profile name
-	Session    string
-	CodeSHA256 string
-	Host       string
-	Subject    string
-	Since      time.Time // inclusive
-	Until      time.Time // exclusive
-	// Limit is the page size: 1 to MaxLimit (default 100).
-	Limit int
-	// Cursor continues a previous Query.
-	Cursor string
-}
+// Filter selects records (GET /audit's query). Zero fields match
+// everything.
+type Filter = api.AuditQuery
 
 // Page sizes.
 const (

@@ -22,6 +22,8 @@ import (
 	"fmt"
 	"regexp"
 	"time"
+
+	"github.com/sandboxd/sandboxd/api"
 )
 
 // Capture is one stored capture.
@@ -72,18 +74,10 @@ type Part struct {
 }
 
 // Hold is a legal hold: who placed it, when and why.
-type Hold struct {
-	By     string    `json:"by"`
-	Reason string    `json:"reason"`
-	At     time.Time `json:"at"`
-}
+type Hold = api.CaptureHold
 
 // Erasure records who erased a capture's content, when and why.
-type Erasure struct {
-	By     string    `json:"by"`
-	Reason string    `json:"reason"`
-	At     time.Time `json:"at"`
-}
+type Erasure = api.CaptureErasure
 
 // Held reports whether the capture or its tenant is under a legal hold.
 func (c *Capture) Held() bool { return c.Hold != nil || c.TenantHold != nil }
@@ -207,4 +201,15 @@ func check(c *Capture) error {
 		seen[p.Name] = true
 	}
 	return nil
+}
+
+// View is the capture as the API shows it: every part described, no bytes.
+func (c *Capture) View() *api.Capture {
+	v := &api.Capture{ID: c.ID, Kind: c.Kind, Tenant: c.Tenant, KeyID: c.KeyID, RequestID: c.RequestID, CreatedAt: c.CreatedAt,
+		Retention: c.Retention, ExpiresAt: c.ExpiresAt, Meta: c.Meta, Parts: make([]api.CapturePart, len(c.Parts)),
+		Hold: c.Hold, TenantHold: c.TenantHold, Erased: c.Erased}
+	for i, p := range c.Parts {
+		v.Parts[i] = api.CapturePart{Name: p.Name, ContentType: p.ContentType, Size: p.Size, SHA256: p.SHA256}
+	}
+	return v
 }
