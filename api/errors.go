@@ -84,3 +84,10 @@ func (e *Error) Error() string {
 type ErrorBody struct {
 	Error *Error `json:"error"`
 }
+
+// Validation is a 400 VALIDATION error naming the field at fault (a JSON
+// path such as "limits.memory_mb", a header or a query parameter; "" for
+// the body as a whole) and saying what to change.
+func Validation(field, format string, args ...any) *Error {
+	return &Error{Status: 400, Code: CodeValidation, Field: field, Message: fmt.Sprintf(format, args...)}
+}

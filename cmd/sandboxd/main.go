@@ -33,6 +33,7 @@ import (
 	"github.com/sandboxd/sandboxd/egress/approval"
 	"github.com/sandboxd/sandboxd/internal/auth"
 	"github.com/sandboxd/sandboxd/internal/control/admit"
+	"github.com/sandboxd/sandboxd/internal/execflow"
 	"github.com/sandboxd/sandboxd/internal/forensics/audit"
 	"github.com/sandboxd/sandboxd/internal/forensics/capture"
 	"github.com/sandboxd/sandboxd/internal/httpapi"
@@ -361,7 +362,7 @@ func serveWith(cfg *serveConfig, log *slog.Logger, console io.Writer) error {
 	}
 	go rl.run(reloadCtx, cfg.profilesPoll, hup)
 
-	srv := httpapi.New(httpapi.Config{
+	srv, err := httpapi.New(httpapi.Config{
 		DataDir:         dataDir,
 		Profiles:        set,
 		CurrentProfiles: current,
@@ -377,6 +378,10 @@ func serveWith(cfg *serveConfig, log *slog.Logger, console io.Writer) error {
 		Audit:           auditLog,
 		Captures:        captures,
 	})
+	if err != nil {
+		return err
+	}
+	defer srv.Close()
 	recordEgress := srv.RecordEgress
 	eside.record.Store(&recordEgress)
 	srv.Metrics().CounterFunc("sandboxd_reaper_removed_total", "Containers of this instance the reaper removed because no run owned them.",
@@ -411,7 +416,8 @@ func serveWith(cfg *serveConfig, log *slog.Logger, console io.Writer) error {
 
 	sweepCtx, stopSweep := context.WithCancel(context.Background())
 	defer stopSweep()
-	go sweepLoop(sweepCtx, srv, cfg.retentionEvery, log)
+	sweeper := &capture.Sweeper{Store: captures, Audit: auditLog, Log: log}
+	go sweeper.Run(sweepCtx, cfg.retentionEvery)
 	go anchorLoop(sweepCtx, auditLog, cfg.anchorEvery, log)
 
 	serveErr := make(chan error, 1)
@@ -447,7 +453,7 @@ func serveWith(cfg *serveConfig, log *slog.Logger, console io.Writer) error {
 	}
 	killCtx, cancelKill := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancelKill()
-	if err := srv.KillRuns(killCtx, httpapi.ErrShutdown()); err != nil {
+	if err := srv.KillRuns(killCtx, execflow.ErrShutdown); err != nil {
 		log.Error("runs did not stop", "err", err)
 	}
 	_ = srv.Close()
@@ -461,27 +467,6 @@ func serveWith(cfg *serveConfig, log *slog.Logger, console io.Writer) error {
 	}
 	log.Info("sandboxd stopped")
 	return nil
-}
-
-// sweepLoop deletes expired captures at start and every interval.
-func sweepLoop(ctx context.Context, srv *httpapi.Server, every time.Duration, log *slog.Logger) {
-	if every <= 0 {
-		every = time.Hour
-	}
-	t := time.NewTicker(every)
-	defer t.Stop()
-	for {
-		sctx, cancel := context.WithTimeout(ctx, 10*time.Minute)
-		if _, err := srv.SweepCaptures(sctx, time.Now()); err != nil && ctx.Err() == nil {
-			log.Error("retention sweep failed", "err", err)
-		}
-		cancel()
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-	}
 }
 
 // anchorLoop logs the audit log's head ("audit head": seq, hash and the

@@ -26,8 +26,11 @@ import (
 	"github.com/sandboxd/sandboxd/internal/auth"
 	"github.com/sandboxd/sandboxd/internal/control/admit"
 	"github.com/sandboxd/sandboxd/internal/control/budget"
+	"github.com/sandboxd/sandboxd/internal/execflow"
+	"github.com/sandboxd/sandboxd/internal/forensics/audit"
 	"github.com/sandboxd/sandboxd/internal/forensics/capture"
 	"github.com/sandboxd/sandboxd/internal/httpapi"
+	"github.com/sandboxd/sandboxd/internal/metrics"
 	"github.com/sandboxd/sandboxd/internal/store"
 	"github.com/sandboxd/sandboxd/profiles"
 	"github.com/sandboxd/sandboxd/runner"
@@ -198,26 +201,35 @@ func New(t testing.TB, opts *Options) *Server {
 			t.Fatal(err)
 		}
 	}
-	caps, err := capture.OpenFS(filepath.Join(dir, "captures"))
+	caps, err := capture.Open(filepath.Join(dir, "captures"), capture.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	alog, err := audit.Open(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
 	resolver := egresstest.NewResolver(map[string][]string{"pages.test": {"127.0.0.1"}})
-	s.API = httpapi.New(httpapi.Config{
+	s.API, err = httpapi.New(httpapi.Config{
 		DataDir: dir, Profiles: set, Keys: ring, Engine: s.Engine, Gate: admit.New(2, 4, time.Minute), Log: log, MaxBodyBytes: 8 << 20, Version: "test",
 		Resolver: resolver,
-		Control:  httpapi.Control{Store: st, Limits: budget.New(tenants, st, log), IdempotencyWait: 5 * time.Second, Queue: 4},
+		Control:  httpapi.Control{Store: st, Limits: budget.New(tenants, st, log), Metrics: metrics.New(), IdempotencyWait: 5 * time.Second, Queue: 4},
 		Fetcher:  &browse.Fetcher{Checker: &egress.Checker{Resolver: resolver}, Log: log},
 		Captures: caps,
+		Audit:    alog,
 	})
+	if err != nil {
+		t.Fatal(err)
+	}
 	hs := httptest.NewServer(s.API.Handler())
 	s.URL = hs.URL
 	t.Cleanup(func() {
 		hs.Close()
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
-		s.API.KillRuns(ctx, httpapi.ErrShutdown())
+		s.API.KillRuns(ctx, execflow.ErrShutdown)
 		s.API.Close()
+		alog.Close()
 		caps.Close()
 		st.Close()
 	})

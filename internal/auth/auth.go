@@ -60,6 +60,26 @@ func (k *Key) Has(role string) bool {
 		role == RoleReviewer && slices.Contains(k.Roles, RoleSecurity)
 }
 
+// CanSee reports whether k may see data of tenant (records, captures,
+// execs, usage): its own tenant's, or every tenant's with the admin role.
+// It is the one tenant check of the API and the review page.
+func (k *Key) CanSee(tenant string) bool {
+	return k.Tenant == tenant || k.Has(RoleAdmin)
+}
+
+// Scope is the tenant filter for a listing of k that asks for tenant
+// ("": every tenant k may see): an admin key gets what it asked, any
+// other key its own tenant; ok is false when it asked for another tenant.
+func (k *Key) Scope(tenant string) (scoped string, ok bool) {
+	if k.Has(RoleAdmin) {
+		return tenant, true
+	}
+	if tenant != "" && tenant != k.Tenant {
+		return "", false
+	}
+	return k.Tenant, true
+}
+
 // Keyring is a set of API keys, held as sha256 hashes. It is safe for
 // concurrent use; Replace swaps its keys in place (a keys-file reload), so
 // every holder of the *Keyring sees the new set.

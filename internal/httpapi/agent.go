@@ -31,9 +31,7 @@ func (s *Server) agentRoutes(e *echo.Echo) {
 	e.POST("/mcp", func(c echo.Context) error {
 		// Tool calls take the request id of this request into the API
 		// requests they make, so the log lines of both share it.
-		if id, ok := c.Get(ctxRequestID).(string); ok {
-			c.Request().Header.Set(echo.HeaderXRequestID, id)
-		}
+		c.Request().Header.Set(echo.HeaderXRequestID, reqOf(c).id)
 		h.ServeHTTP(c.Response(), c.Request())
 		return nil
 	}, agent)

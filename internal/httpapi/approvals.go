@@ -27,29 +27,6 @@ func (s *Server) approvalRoutes(e *echo.Echo) {
 	e.POST("/approvals/:id", s.decideApproval, sec)
 }
 
-// initApprovals sets up the approvals: Config.Approvals, or a service on
-// the control plane's store. The server tells it who started an exec.
-func (s *Server) initApprovals() {
-	s.approvals = s.cfg.Approvals
-	if s.approvals == nil {
-		s.approvals = approval.New(approval.Config{Store: s.ctl.store, Log: s.log})
-	}
-	s.approvals.SetIdentify(s.ExecIdentity)
-}
-
-// Approvals returns the approval service the server uses.
-func (s *Server) Approvals() *approval.Service { return s.approvals }
-
-// ExecIdentity returns the tenant and key id of a queued or running exec,
-// so that an approval request from its sandbox names who asked.
-func (s *Server) ExecIdentity(execID string) (tenant, keyID string, ok bool) {
-	l := s.ctl.lookup(execID)
-	if l == nil {
-		return "", "", false
-	}
-	return l.tenant, l.keyID, true
-}
-
 func approvalView(a *store.Approval, now time.Time) api.ApprovalView {
 	return api.ApprovalView{
 		ID: a.ID, Status: a.Status(now), Profile: a.Profile, ProfileVersion: a.ProfileVersion,
@@ -67,7 +44,7 @@ func (s *Server) listApprovals(c echo.Context) error {
 		switch name {
 		case "status", "profile", "host", "limit":
 		default:
-			return validation(name, "unknown query parameter %q; use status, profile, host and limit", name)
+			return api.Validation(name, "unknown query parameter %q; use status, profile, host and limit", name)
 		}
 	}
 	f := store.ApprovalFilter{Status: q.Get("status"), Profile: q.Get("profile"), Host: q.Get("host")}
@@ -78,12 +55,12 @@ func (s *Server) listApprovals(c echo.Context) error {
 		f.Status = ""
 	case store.ApprovalPending, store.ApprovalApproved, store.ApprovalRejected, store.ApprovalExpired:
 	default:
-		return validation("status", "status %q is not allowed; use pending (the default), approved, rejected, expired or all", f.Status)
+		return api.Validation("status", "status %q is not allowed; use pending (the default), approved, rejected, expired or all", f.Status)
 	}
 	if v := q.Get("limit"); v != "" {
 		n, err := strconv.Atoi(v)
 		if err != nil || n < 1 || n > maxApprovalList {
-			return validation("limit", "limit must be a number from 1 to %d", maxApprovalList)
+			return api.Validation("limit", "limit must be a number from 1 to %d", maxApprovalList)
 		}
 		f.Limit = n
 	}
@@ -115,7 +92,7 @@ func (s *Server) decideApproval(c echo.Context) error {
 	if err := decodeJSON(c, 16<<10, &body); err != nil {
 		return err
 	}
-	key := c.Get(ctxKey).(*auth.Key)
+	key := reqOf(c).key
 	id := c.Param("id")
 	_, after, err := s.approvals.Decide(c.Request().Context(), id, approval.Decision{
 		Decision: body.Decision, TTL: body.TTL, Reason: body.Reason, By: key.ID, ByTenant: key.Tenant,
@@ -133,7 +110,7 @@ func approvalError(id string, err error) error {
 	var ve *approval.ValidationError
 	switch {
 	case errors.As(err, &ve):
-		return validation(ve.Field, "%s", ve.Msg)
+		return api.Validation(ve.Field, "%s", ve.Msg)
 	case errors.Is(err, store.ErrNotFound):
 		return &api.Error{Status: http.StatusNotFound, Code: api.CodeNotFound, Field: "id",
 			Message: fmt.Sprintf("no approval request is named %q; GET /approvals?status=all lists them", id)}

@@ -10,6 +10,8 @@ import (
 	"github.com/sandboxd/sandboxd/api"
 	"github.com/sandboxd/sandboxd/egress"
 	"github.com/sandboxd/sandboxd/egress/approval"
+	"github.com/sandboxd/sandboxd/internal/auth"
+	"github.com/sandboxd/sandboxd/internal/execflow"
 	"github.com/sandboxd/sandboxd/internal/logbuf"
 	"github.com/sandboxd/sandboxd/internal/store"
 )
@@ -49,10 +51,10 @@ func newApprovalFixture(t *testing.T) *approvalFixture {
 	set.Egress[p.Name] = &p
 	f.res.Set("docs.example", "93.184.216.40")
 	f.res.Set("inside.example", "10.9.8.7")
-	svc := approval.New(approval.Config{Store: f.srv.ctl.store, Log: slog.New(slog.NewJSONHandler(&f.logs, nil)), Now: f.clock})
-	srv := New(Config{
+	svc := approval.New(approval.Config{Store: f.srv.plane.Store(), Log: slog.New(slog.NewJSONHandler(&f.logs, nil)), Now: f.clock})
+	srv := newServer(t, Config{
 		DataDir: f.srv.cfg.DataDir, Profiles: set, Keys: f.srv.cfg.Keys, Log: f.srv.log, MaxBodyBytes: 1 << 20,
-		Resolver: f.res, Control: Control{Store: f.srv.ctl.store}, Approvals: svc,
+		Resolver: f.res, Control: Control{Store: f.srv.plane.Store()}, Approvals: svc,
 	})
 	t.Cleanup(func() { srv.Close() })
 	f.srv = srv
@@ -68,7 +70,8 @@ func (f *approvalFixture) request(url string) egress.Decision {
 
 func TestApprovalsAPI(t *testing.T) {
 	f := newApprovalFixture(t)
-	f.srv.ctl.register(&liveExec{id: "ex_1", tenant: "acme", keyID: "agent-7", done: make(chan struct{})})
+	l := f.srv.flow.Begin(context.Background(), &execflow.Job{ID: "ex_1", Key: &auth.Key{ID: "agent-7", Tenant: "acme"}})
+	defer f.srv.flow.End(l)
 
 	// The dry run files nothing.
 	code, body := f.do(t, "POST", "/profiles/research-approve/evaluate", egressKeySecurity, `{"url": "https://docs.example/a?b=c"}`)
@@ -237,7 +240,7 @@ func TestApprovalsSurviveRestart(t *testing.T) {
 	}
 	defer st.Close()
 	f := newEgressFixture(t)
-	srv := New(Config{DataDir: dir, Profiles: f.srv.cfg.Profiles, Keys: f.srv.cfg.Keys, Log: f.srv.log, Control: Control{Store: st}})
+	srv := newServer(t, Config{DataDir: dir, Profiles: f.srv.cfg.Profiles, Keys: f.srv.cfg.Keys, Log: f.srv.log, Control: Control{Store: st}})
 	defer srv.Close()
 	f.srv = srv
 	code, body := f.do(t, "GET", "/approvals?status=approved", egressKeySecurity, "")

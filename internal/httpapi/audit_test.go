@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/base64"
 	"encoding/json"
-	"errors"
 	"net/http"
 	"strings"
 	"testing"
@@ -76,7 +75,7 @@ func TestExecIsAuditedBeforeTheAnswer(t *testing.T) {
 	if len(p.Records) != 1 || p.Records[0].Action != "freeze" || p.Records[0].Message != "drill" || p.Records[0].KeyID != "ops-1" {
 		t.Fatalf("freeze record: %+v", p.Records)
 	}
-	rep, err := f.srv.Audit().Verify(context.Background())
+	rep, err := f.srv.audit.Verify(context.Background())
 	if err != nil || !rep.OK || rep.Records != 3 {
 		t.Fatalf("verify: %v %+v", err, rep)
 	}
@@ -130,16 +129,9 @@ func TestAuditRolesAndTenants(t *testing.T) {
 	}
 }
 
-// failingLog refuses every append.
-type failingLog struct{ audit.Log }
-
-func (failingLog) Append(context.Context, *audit.Record) error { return errors.New("disk full") }
-
 func TestAuditFailureWithholdsTheResult(t *testing.T) {
 	f := newCtl(t, "", 0)
-	real := f.srv.audit
-	f.srv.audit = failingLog{real}
-	defer func() { f.srv.audit = real }()
+	f.audit.failing.Store(true)
 	r := f.exec(code1, "Idempotency-Key", "audit-k")
 	if r.code != 503 || r.errCode() != api.CodeAuditUnavailable || strings.Contains(string(r.raw), `"stdout"`) {
 		t.Fatalf("exec with a failing audit log: %d %s", r.code, r.raw)
@@ -160,9 +152,7 @@ func TestAuditFailureWithholdsASessionFile(t *testing.T) {
 	if r := f.req(http.MethodPost, "/sessions/"+id+"/files", keyAgent, `{"files":[{"path":"a.txt","content":"`+secret+`"}]}`); r.code != 200 {
 		t.Fatalf("put: %d %s", r.code, r.raw)
 	}
-	real := f.srv.audit
-	f.srv.audit = failingLog{real}
-	defer func() { f.srv.audit = real }()
+	f.audit.failing.Store(true)
 	if r := f.req(http.MethodGet, "/sessions/"+id+"/files/a.txt", keyAgent, ""); r.code != 503 || r.errCode() != api.CodeAuditUnavailable || strings.Contains(string(r.raw), secret) {
 		t.Fatalf("get with a failing audit log: %d %s", r.code, r.raw)
 	}
@@ -176,9 +166,7 @@ func TestAuditFailureWithholdsACapture(t *testing.T) {
 	f := newCtl(t, "", 0)
 	f.exec(`{"language":"python","code":"print('kept back')"}`)
 	capID := auditPage(t, f.req(http.MethodGet, "/audit?kind=exec", keyRev, "")).Records[0].CaptureIDs[0]
-	real := f.srv.audit
-	f.srv.audit = failingLog{real}
-	defer func() { f.srv.audit = real }()
+	f.audit.failing.Store(true)
 	for _, p := range []string{"/captures/" + capID, "/captures/" + capID + "/raw?part=code"} {
 		if r := f.req(http.MethodGet, p, keyRev, ""); r.code != 503 || r.errCode() != api.CodeAuditUnavailable || strings.Contains(string(r.raw), "kept back") {
 			t.Errorf("GET %s with a failing audit log: %d %s", p, r.code, r.raw)

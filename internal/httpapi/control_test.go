@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -13,13 +14,17 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/sandboxd/sandboxd/api"
 	"github.com/sandboxd/sandboxd/internal/auth"
+	"github.com/sandboxd/sandboxd/internal/control"
 	"github.com/sandboxd/sandboxd/internal/control/admit"
 	"github.com/sandboxd/sandboxd/internal/control/budget"
+	"github.com/sandboxd/sandboxd/internal/execflow"
+	"github.com/sandboxd/sandboxd/internal/forensics/audit"
 	"github.com/sandboxd/sandboxd/internal/logbuf"
 	"github.com/sandboxd/sandboxd/internal/store"
 	"github.com/sandboxd/sandboxd/profiles"
@@ -37,6 +42,23 @@ type ctlFixture struct {
 	tenant string // tenants file content
 	wait   time.Duration
 	logs   *logbuf.Buffer
+	// audit is the server's audit log (each start opens a new one); set
+	// failing to refuse every append.
+	audit *switchLog
+}
+
+// switchLog is an audit log that refuses every append while failing is
+// set.
+type switchLog struct {
+	audit.Log
+	failing atomic.Bool
+}
+
+func (l *switchLog) Append(ctx context.Context, r *audit.Record) error {
+	if l.failing.Load() {
+		return errors.New("disk full")
+	}
+	return l.Log.Append(ctx, r)
 }
 
 const (
@@ -96,7 +118,7 @@ func (f *ctlFixture) start() {
 	if err != nil {
 		t.Fatal(err)
 	}
-	owner := newOwnerID()
+	owner := control.NewOwnerID()
 	if _, err := st.Recover(context.Background(), owner); err != nil {
 		t.Fatal(err)
 	}
@@ -108,7 +130,13 @@ func (f *ctlFixture) start() {
 	}
 	log := slog.New(slog.NewJSONHandler(f.logs, nil))
 	f.st = st
-	f.srv = New(Config{
+	al, err := audit.Open("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { al.Close() })
+	f.audit = &switchLog{Log: al}
+	f.srv = newServer(t, Config{Audit: f.audit,
 		DataDir: f.dir, Profiles: set, Keys: ring(t), Engine: causeEngine{f.eng}, Gate: admit.New(2, 4, time.Minute), Log: log, MaxBodyBytes: 1 << 20,
 		Control: Control{Store: st, Owner: owner, Limits: budget.New(cfg, st, log), IdempotencyWait: f.wait, Queue: 4},
 	})
@@ -121,7 +149,7 @@ func (f *ctlFixture) stop() {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	f.srv.KillRuns(ctx, ErrShutdown())
+	f.srv.KillRuns(ctx, execflow.ErrShutdown)
 	f.srv.Close()
 	f.st.Close()
 	f.srv = nil

@@ -37,7 +37,7 @@ func decodeJSONFrom(r io.Reader, maxBytes int64, v any) error {
 		if errors.As(err, &mbe) {
 			return jsonError(err, maxBytes)
 		}
-		return validation("", "the body holds data after the JSON object; send exactly one object")
+		return api.Validation("", "the body holds data after the JSON object; send exactly one object")
 	}
 	return nil
 }
@@ -50,24 +50,24 @@ func jsonError(err error, maxBytes int64) *api.Error {
 	)
 	switch {
 	case errors.As(err, &mbe):
-		return validation("", "the request body is larger than the %d-byte limit", maxBytes)
+		return api.Validation("", "the request body is larger than the %d-byte limit", maxBytes)
 	case errors.Is(err, io.EOF):
-		return validation("", "the request body is empty; send a JSON object")
+		return api.Validation("", "the request body is empty; send a JSON object")
 	case errors.Is(err, io.ErrUnexpectedEOF):
-		return validation("", "the JSON body ends too early; send a complete JSON object")
+		return api.Validation("", "the JSON body ends too early; send a complete JSON object")
 	case errors.As(err, &syn):
-		return validation("", "malformed JSON at byte %d: %s", syn.Offset, syn.Error())
+		return api.Validation("", "malformed JSON at byte %d: %s", syn.Offset, syn.Error())
 	case errors.As(err, &typ):
 		field := typ.Field
 		if field == "" {
-			return validation("", "the body must be a JSON object, not %s", typ.Value)
+			return api.Validation("", "the body must be a JSON object, not %s", typ.Value)
 		}
-		return validation(field, "%s must be %s, not %s", field, jsonTypeName(typ.Type.Kind().String()), typ.Value)
+		return api.Validation(field, "%s must be %s, not %s", field, jsonTypeName(typ.Type.Kind().String()), typ.Value)
 	case strings.HasPrefix(err.Error(), "json: unknown field "):
 		name := strings.Trim(strings.TrimPrefix(err.Error(), "json: unknown field "), `"`)
-		return validation(name, "unknown field %q; see the README for the fields this endpoint takes", name)
+		return api.Validation(name, "unknown field %q; see the README for the fields this endpoint takes", name)
 	}
-	return validation("", "invalid JSON body: %v", err)
+	return api.Validation("", "invalid JSON body: %v", err)
 }
 
 func jsonTypeName(kind string) string {

@@ -81,7 +81,7 @@ func (s *Server) evaluateProfile(c echo.Context) error {
 		return err
 	}
 	if body.URL == "" {
-		return validation("url", "url is required: an absolute http or https URL such as https://example.com/, or host:port with method CONNECT")
+		return api.Validation("url", "url is required: an absolute http or https URL such as https://example.com/, or host:port with method CONNECT")
 	}
 	if body.Method == "" {
 		body.Method = http.MethodGet
@@ -97,7 +97,7 @@ func (s *Server) evaluateProfile(c echo.Context) error {
 		if d.Code == egress.CodeBadMethod {
 			field = "method"
 		}
-		return validation(field, "%s cannot be evaluated: %s", field, d.Reason)
+		return api.Validation(field, "%s cannot be evaluated: %s", field, d.Reason)
 	}
 	out := api.EvaluateResponse{
 		Decision: d.Verdict(), Reason: d.Reason, Rule: d.Rule, Code: string(d.Code), WouldDeny: d.WouldDeny, ApprovalID: d.ApprovalID,

@@ -52,7 +52,7 @@ func newEgressFixture(t *testing.T) *egressFixture {
 		"internal.wikipedia.org": {"10.1.2.3"},
 		"mixed.wikipedia.org":    {"198.35.26.96", "127.0.0.1"},
 	})
-	srv := New(Config{
+	srv := newServer(t, Config{
 		DataDir:      t.TempDir(),
 		Profiles:     set,
 		Keys:         ring,

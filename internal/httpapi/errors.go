@@ -9,10 +9,6 @@ import (
 	"github.com/sandboxd/sandboxd/api"
 )
 
-func validation(field, format string, args ...any) *api.Error {
-	return &api.Error{Status: http.StatusBadRequest, Code: api.CodeValidation, Field: field, Message: fmt.Sprintf(format, args...)}
-}
-
 // errorHandler renders every error as the typed JSON body. Errors that are
 // not ours are logged and hidden behind INTERNAL.
 func (s *Server) errorHandler(err error, c echo.Context) {
@@ -26,7 +22,7 @@ func (s *Server) errorHandler(err error, c echo.Context) {
 	case errors.As(err, &he):
 		e = fromHTTPError(he)
 	default:
-		requestLogger(c, s.log).Error("internal error", "err", err)
+		reqOf(c).log.Error("internal error", "err", err)
 		e = &api.Error{Status: http.StatusInternalServerError, Code: api.CodeInternal, Message: "internal error; the request id in X-Request-Id helps the operator find it in the log"}
 	}
 	if e.RetryAfter > 0 {
@@ -35,7 +31,7 @@ func (s *Server) errorHandler(err error, c echo.Context) {
 	if e.Status == http.StatusUnauthorized {
 		c.Response().Header().Set("WWW-Authenticate", `Bearer realm="sandboxd"`)
 	}
-	c.Set(ctxErrorCode, e.Code)
+	reqOf(c).errorCode = e.Code
 	if c.Request().Method == http.MethodHead {
 		_ = c.NoContent(e.Status)
 		return

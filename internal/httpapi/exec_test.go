@@ -18,6 +18,7 @@ import (
 	"github.com/sandboxd/sandboxd/api"
 	"github.com/sandboxd/sandboxd/internal/auth"
 	"github.com/sandboxd/sandboxd/internal/control/admit"
+	"github.com/sandboxd/sandboxd/internal/execflow"
 	"github.com/sandboxd/sandboxd/profiles"
 	"github.com/sandboxd/sandboxd/runner"
 )
@@ -64,7 +65,7 @@ func newFixture(t *testing.T, slots, queue int) *fixture {
 	}
 	agent, ring := auth.Generate("agent-1", "acme", auth.RoleAgent)
 	eng := &fakeEngine{result: runner.Result{Status: runner.StatusOK, Stdout: []byte("1\n"), ImageID: "sha256:fake"}}
-	srv := New(Config{
+	srv := newServer(t, Config{
 		DataDir:      t.TempDir(),
 		Profiles:     set,
 		Keys:         ring,
@@ -257,31 +258,11 @@ func TestKillRunsStopsRunningJobs(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	if err := f.srv.KillRuns(ctx, ErrShutdown()); err != nil {
+	if err := f.srv.KillRuns(ctx, execflow.ErrShutdown); err != nil {
 		t.Fatal(err)
 	}
 	if body := <-got; body["status"] != runner.StatusKilled {
 		t.Fatalf("status %v, want killed", body["status"])
-	}
-}
-
-func TestTextOf(t *testing.T) {
-	cases := []struct {
-		in        []byte
-		truncated bool
-		text, b64 string
-	}{
-		{[]byte("héllo\n"), false, "héllo\n", ""},
-		{[]byte{'a', 0xff, 'b'}, false, "a\uFFFDb", base64.StdEncoding.EncodeToString([]byte{'a', 0xff, 'b'})},
-		// "é" cut in half by truncation: the text drops the half, no base64.
-		{[]byte{'a', 0xc3}, true, "a", ""},
-		{[]byte{'a', 0xc3}, false, "a\uFFFD", base64.StdEncoding.EncodeToString([]byte{'a', 0xc3})},
-	}
-	for _, tc := range cases {
-		text, b64 := textOf(tc.in, tc.truncated)
-		if text != tc.text || b64 != tc.b64 {
-			t.Errorf("textOf(%q, %v) = %q, %q; want %q, %q", tc.in, tc.truncated, text, b64, tc.text, tc.b64)
-		}
 	}
 }
 

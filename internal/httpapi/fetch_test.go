@@ -21,6 +21,7 @@ import (
 	"github.com/sandboxd/sandboxd/browse"
 	"github.com/sandboxd/sandboxd/egress"
 	"github.com/sandboxd/sandboxd/egress/egresstest"
+	"github.com/sandboxd/sandboxd/internal/control"
 	"github.com/sandboxd/sandboxd/internal/control/admit"
 	"github.com/sandboxd/sandboxd/internal/control/budget"
 	"github.com/sandboxd/sandboxd/internal/forensics/capture"
@@ -132,9 +133,9 @@ func newFetchFixture(t *testing.T, tenants string) *fetchFixture {
 	// As sandboxd serve does: every line goes through the redactor.
 	log := slog.New(redact.NewHandler(slog.NewJSONHandler(cf.logs, nil), redact.Default()))
 	cf.st = st
-	cf.srv = New(Config{
+	cf.srv = newServer(t, Config{
 		DataDir: dir, Profiles: set, Keys: ring(t), Engine: causeEngine{cf.eng}, Gate: admit.New(2, 4, time.Minute), Log: log, MaxBodyBytes: 1 << 20,
-		Control:  Control{Store: st, Owner: newOwnerID(), Limits: budget.New(cfg, st, log), IdempotencyWait: 2 * time.Second},
+		Control:  Control{Store: st, Owner: control.NewOwnerID(), Limits: budget.New(cfg, st, log), IdempotencyWait: 2 * time.Second},
 		Fetcher:  &browse.Fetcher{Checker: &egress.Checker{Resolver: res}, Log: log},
 		Captures: caps,
 	})

@@ -31,7 +31,7 @@ func TestCurrentProfilesAndEgressUnavailable(t *testing.T) {
 	base := f.srv.cfg.Profiles
 	cur := &atomic.Pointer[profiles.Set]{}
 	cur.Store(base)
-	f.srv.cfg.CurrentProfiles = cur
+	f.srv = f.srv.with(t, func(c *Config) { c.CurrentProfiles = cur })
 
 	body := `{"language":"python","code":"print(1)","profile":"mirror"}`
 	if resp, out := f.do(t, f.agent, body); resp.StatusCode != http.StatusBadRequest {
@@ -42,7 +42,9 @@ func TestCurrentProfilesAndEgressUnavailable(t *testing.T) {
 		t.Fatalf("mirror after the swap: %d %v", resp.StatusCode, out)
 	}
 
-	f.srv.cfg.Engine = &runtimeEngine{fakeEngine: f.eng, runtimes: []string{"runc", "runsc"}, runErr: fmt.Errorf("%w: test", runner.ErrEgressUnavailable)}
+	f.srv = f.srv.with(t, func(c *Config) {
+		c.Engine = &runtimeEngine{fakeEngine: f.eng, runtimes: []string{"runc", "runsc"}, runErr: fmt.Errorf("%w: test", runner.ErrEgressUnavailable)}
+	})
 	if resp, out := f.do(t, f.agent, body); resp.StatusCode != http.StatusServiceUnavailable {
 		t.Fatalf("egress unavailable: %d %v, want 503", resp.StatusCode, out)
 	}

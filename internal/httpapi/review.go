@@ -1,7 +1,6 @@
 package httpapi
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"net/http"
@@ -44,18 +43,16 @@ func auditFilter(c echo.Context, key *auth.Key) (audit.Filter, error) {
 		switch name {
 		case "tenant", "kind", "status", "profile", "session", "code_sha256", "host", "subject", "cursor", "since", "until", "limit":
 		default:
-			return f, validation(name, "unknown query parameter %q; filters are tenant, kind, status, profile, session, code_sha256, host, subject, since, until (RFC 3339), limit and cursor", name)
+			return f, api.Validation(name, "unknown query parameter %q; filters are tenant, kind, status, profile, session, code_sha256, host, subject, since, until (RFC 3339), limit and cursor", name)
 		}
 	}
-	if !key.Has(auth.RoleAdmin) {
-		if f.Tenant != "" && f.Tenant != key.Tenant {
-			return f, &api.Error{Status: http.StatusForbidden, Code: api.CodeForbidden, Field: "tenant",
-				Message: fmt.Sprintf("key %q may read the audit records of tenant %s only", key.ID, key.Tenant)}
-		}
-		f.Tenant = key.Tenant
+	var ok bool
+	if f.Tenant, ok = key.Scope(f.Tenant); !ok {
+		return f, &api.Error{Status: http.StatusForbidden, Code: api.CodeForbidden, Field: "tenant",
+			Message: fmt.Sprintf("key %q may read the audit records of tenant %s only", key.ID, key.Tenant)}
 	}
 	if f.CodeSHA256 != "" && !sha256Pattern.MatchString(f.CodeSHA256) {
-		return f, validation("code_sha256", "code_sha256 must be 64 hex digits")
+		return f, api.Validation("code_sha256", "code_sha256 must be 64 hex digits")
 	}
 	for _, p := range []struct {
 		name string
@@ -64,7 +61,7 @@ func auditFilter(c echo.Context, key *auth.Key) (audit.Filter, error) {
 		if v := q.Get(p.name); v != "" {
 			t, err := time.Parse(time.RFC3339, v)
 			if err != nil {
-				return f, validation(p.name, "%s must be an RFC 3339 time such as 2026-11-30T12:00:00Z", p.name)
+				return f, api.Validation(p.name, "%s must be an RFC 3339 time such as 2026-11-30T12:00:00Z", p.name)
 			}
 			*p.dst = t
 		}
@@ -72,20 +69,20 @@ func auditFilter(c echo.Context, key *auth.Key) (audit.Filter, error) {
 	if v := q.Get("limit"); v != "" {
 		n, err := strconv.Atoi(v)
 		if err != nil || n < 1 || n > audit.MaxLimit {
-			return f, validation("limit", "limit must be 1 to %d", audit.MaxLimit)
+			return f, api.Validation("limit", "limit must be 1 to %d", audit.MaxLimit)
 		}
 		f.Limit = n
 	}
 	if f.Cursor != "" {
 		if n, err := strconv.ParseInt(f.Cursor, 10, 64); err != nil || n <= 0 {
-			return f, validation("cursor", "cursor must be the next_cursor of an earlier page")
+			return f, api.Validation("cursor", "cursor must be the next_cursor of an earlier page")
 		}
 	}
 	return f, nil
 }
 
 func (s *Server) listAudit(c echo.Context) error {
-	key := requestKey(c)
+	key := reqOf(c).key
 	f, err := auditFilter(c, key)
 	if err != nil {
 		return err
@@ -98,9 +95,9 @@ func (s *Server) listAudit(c echo.Context) error {
 }
 
 func (s *Server) getAudit(c echo.Context) error {
-	key := requestKey(c)
+	key := reqOf(c).key
 	r, err := s.audit.Get(c.Request().Context(), c.Param("id"))
-	if errors.Is(err, audit.ErrNotFound) || err == nil && !key.Has(auth.RoleAdmin) && r.Tenant != key.Tenant {
+	if errors.Is(err, audit.ErrNotFound) || err == nil && !key.CanSee(r.Tenant) {
 		return &api.Error{Status: http.StatusNotFound, Code: api.CodeNotFound, Field: "id", Message: fmt.Sprintf("no audit record %q is visible to this key", c.Param("id"))}
 	}
 	if err != nil {
@@ -139,14 +136,14 @@ func (s *Server) forensics() (capture.Forensics, error) {
 
 // visibleCapture loads a capture the key may see, or answers 404.
 func (s *Server) visibleCapture(c echo.Context) (*capture.Capture, error) {
-	key := requestKey(c)
+	key := reqOf(c).key
 	id := c.Param("id")
 	capt, err := s.captures.Get(c.Request().Context(), id)
-	if errors.Is(err, capture.ErrNotFound) || err == nil && !key.Has(auth.RoleAdmin) && capt.Tenant != key.Tenant {
+	if errors.Is(err, capture.ErrNotFound) || err == nil && !key.CanSee(capt.Tenant) {
 		return nil, &api.Error{Status: http.StatusNotFound, Code: api.CodeNotFound, Field: "id", Message: fmt.Sprintf("no capture %q is visible to this key", id)}
 	}
 	if err != nil {
-		requestLogger(c, s.log).Error("reading a capture failed", "capture_id", id, "err", err)
+		reqOf(c).log.Error("reading a capture failed", "capture_id", id, "err", err)
 		return nil, &api.Error{Status: http.StatusInternalServerError, Code: api.CodeInternal, Message: fmt.Sprintf("capture %s cannot be read: %v", id, err)}
 	}
 	return capt, nil
@@ -157,25 +154,23 @@ func (s *Server) listCaptures(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	key := requestKey(c)
+	key := reqOf(c).key
 	q := c.QueryParams()
 	flt := capture.Filter{Tenant: q.Get("tenant"), Kind: q.Get("kind"), Cursor: q.Get("cursor")}
-	if !key.Has(auth.RoleAdmin) {
-		if flt.Tenant != "" && flt.Tenant != key.Tenant {
-			return &api.Error{Status: http.StatusForbidden, Code: api.CodeForbidden, Field: "tenant", Message: fmt.Sprintf("key %q may read the captures of tenant %s only", key.ID, key.Tenant)}
-		}
-		flt.Tenant = key.Tenant
+	var ok bool
+	if flt.Tenant, ok = key.Scope(flt.Tenant); !ok {
+		return &api.Error{Status: http.StatusForbidden, Code: api.CodeForbidden, Field: "tenant", Message: fmt.Sprintf("key %q may read the captures of tenant %s only", key.ID, key.Tenant)}
 	}
 	if v := q.Get("limit"); v != "" {
 		n, err := strconv.Atoi(v)
 		if err != nil || n < 1 || n > 1000 {
-			return validation("limit", "limit must be 1 to 1000")
+			return api.Validation("limit", "limit must be 1 to 1000")
 		}
 		flt.Limit = n
 	}
 	list, next, err := f.List(c.Request().Context(), flt)
 	if errors.Is(err, capture.ErrCursor) {
-		return validation("cursor", "cursor must be the next_cursor of an earlier page")
+		return api.Validation("cursor", "cursor must be the next_cursor of an earlier page")
 	}
 	if err != nil {
 		return err
@@ -190,14 +185,12 @@ func (s *Server) listCaptures(c echo.Context) error {
 // auditRead appends a capture_read record (audit.CaptureRead) before a
 // capture's content is sent; a failed append withholds the content.
 func (s *Server) auditRead(c echo.Context, capt *capture.Capture, action, part string) error {
-	m := metaOf(c)
-	r := audit.CaptureRead{CaptureID: capt.ID, CaptureTenant: capt.Tenant, CaptureKind: capt.Kind, KeyID: m.keyID, ReaderTenant: m.tenant,
+	rq := reqOf(c)
+	r := audit.CaptureRead{CaptureID: capt.ID, CaptureTenant: capt.Tenant, CaptureKind: capt.Kind, KeyID: rq.key.ID, ReaderTenant: rq.key.Tenant,
 		Via: "api", Action: action, Part: part}.Record()
-	r.RequestID, r.TraceID = m.requestID, m.traceID
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	if err := s.audit.Append(ctx, r); err != nil {
-		requestLogger(c, s.log).Error("writing a capture read's audit record failed; the content is withheld", "capture_id", capt.ID, "err", err)
+	r.RequestID, r.TraceID = rq.id, rq.traceID
+	if err := s.plane.Append(r); err != nil {
+		reqOf(c).log.Error("writing a capture read's audit record failed; the content is withheld", "capture_id", capt.ID, "err", err)
 		return &api.Error{Status: http.StatusServiceUnavailable, Code: api.CodeAuditUnavailable,
 			Message: fmt.Sprintf("capture %s is not sent: reading it could not be recorded in the audit log; the operator must repair the audit log", capt.ID)}
 	}
@@ -267,13 +260,13 @@ func readAction(c echo.Context, needOn bool) (*api.CaptureAction, error) {
 		}
 	}
 	if needOn && a.On == nil {
-		return nil, validation("on", `"on" is required: true places the hold, false lifts it`)
+		return nil, api.Validation("on", `"on" is required: true places the hold, false lifts it`)
 	}
 	if strings.TrimSpace(a.Reason) == "" {
-		return nil, validation("reason", "reason is required: say why (a ticket, a legal request); it goes into the audit log")
+		return nil, api.Validation("reason", "reason is required: say why (a ticket, a legal request); it goes into the audit log")
 	}
 	if len(a.Reason) > 500 {
-		return nil, validation("reason", "reason is %d bytes; at most 500", len(a.Reason))
+		return nil, api.Validation("reason", "reason is %d bytes; at most 500", len(a.Reason))
 	}
 	return &a, nil
 }
@@ -283,7 +276,7 @@ func (s *Server) eraseCapture(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	key := requestKey(c)
+	key := reqOf(c).key
 	switch err := f.Erase(c.Request().Context(), capt.ID, key.ID, a.Reason); {
 	case errors.Is(err, capture.ErrHeld):
 		return &api.Error{Status: http.StatusConflict, Code: "HELD", Message: fmt.Sprintf("capture %s is under a legal hold; lift the hold first", capt.ID)}
@@ -292,15 +285,11 @@ func (s *Server) eraseCapture(c echo.Context) error {
 	case err != nil:
 		return err
 	}
-	r := metaOf(c).record(audit.KindCaptureErase)
-	r.Tenant = capt.Tenant // the record belongs to the capture's tenant
-	r.Subject, r.Status, r.Message, r.CaptureIDs = capt.ID, "erased", a.Reason, []string{capt.ID}
-	r.Detail = map[string]string{"by_tenant": key.Tenant, "kind": capt.Kind}
-	if err := s.auditEvent(c, r, "the erasure"); err != nil {
+	// The record belongs to the capture's tenant.
+	if err := s.recordEvent(c, audit.CaptureErase(reqOf(c).who(""), capt.Tenant, capt.ID, capt.Kind, a.Reason), "the erasure"); err != nil {
 		return err
 	}
-	after, _ := s.captures.Get(c.Request().Context(), capt.ID)
-	return c.JSON(http.StatusOK, after)
+	return s.captureAfter(c, capt.ID)
 }
 
 // captureAction starts an erasure or a hold of one capture: the store, the
@@ -326,18 +315,14 @@ func (s *Server) holdCapture(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	key := requestKey(c)
+	key := reqOf(c).key
 	if err := f.SetHold(c.Request().Context(), capt.ID, *a.On, key.ID, a.Reason); err != nil {
 		return err
 	}
-	r := metaOf(c).record(audit.KindCaptureHold)
-	r.Tenant = capt.Tenant
-	r.Subject, r.Action, r.Status, r.Message, r.CaptureIDs = capt.ID, holdAction(*a.On), "ok", a.Reason, []string{capt.ID}
-	if err := s.auditEvent(c, r, "the hold"); err != nil {
+	if err := s.recordEvent(c, audit.CaptureHold(reqOf(c).who(""), capt.Tenant, capt.ID, *a.On, a.Reason), "the hold"); err != nil {
 		return err
 	}
-	after, _ := s.captures.Get(c.Request().Context(), capt.ID)
-	return c.JSON(http.StatusOK, after)
+	return s.captureAfter(c, capt.ID)
 }
 
 func (s *Server) holdTenant(c echo.Context) error {
@@ -349,73 +334,26 @@ func (s *Server) holdTenant(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	key := requestKey(c)
+	key := reqOf(c).key
 	tenant := c.Param("tenant")
-	if !key.Has(auth.RoleAdmin) && tenant != key.Tenant {
+	if !key.CanSee(tenant) {
 		return &api.Error{Status: http.StatusForbidden, Code: api.CodeForbidden, Field: "tenant", Message: fmt.Sprintf("key %q may hold the captures of tenant %s only", key.ID, key.Tenant)}
 	}
 	if err := f.SetTenantHold(c.Request().Context(), tenant, *a.On, key.ID, a.Reason); err != nil {
 		return err
 	}
-	r := metaOf(c).record(audit.KindCaptureHold)
-	r.Tenant = tenant
-	r.Subject, r.Action, r.Status, r.Message = "tenant:"+tenant, holdAction(*a.On), "ok", a.Reason
-	if err := s.auditEvent(c, r, "the tenant hold"); err != nil {
+	if err := s.recordEvent(c, audit.TenantHold(reqOf(c).who(""), tenant, *a.On, a.Reason), "the tenant hold"); err != nil {
 		return err
 	}
 	return c.JSON(http.StatusOK, map[string]any{"tenant": tenant, "hold": *a.On})
 }
 
-func holdAction(on bool) string {
-	if on {
-		return "hold"
+// captureAfter answers with a capture as it is after an erasure or a
+// hold.
+func (s *Server) captureAfter(c echo.Context, id string) error {
+	after, err := s.captures.Get(c.Request().Context(), id)
+	if err != nil {
+		return err
 	}
-	return "release"
-}
-
-// auditEvent appends a record of a reviewer's or operator's action.
-func (s *Server) auditEvent(c echo.Context, r *audit.Record, what string) error {
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	if err := s.audit.Append(ctx, r); err != nil {
-		requestLogger(c, s.log).Error("writing an audit record failed", "kind", r.Kind, "err", err)
-		return &api.Error{Status: http.StatusServiceUnavailable, Code: api.CodeAuditUnavailable,
-			Message: fmt.Sprintf("%s took effect, but its audit record could not be written; the operator must repair the audit log", what)}
-	}
-	return nil
-}
-
-// SweepCaptures deletes the captures whose retention ended and writes one
-// audit record per deletion. sandboxd serve runs it periodically.
-func (s *Server) SweepCaptures(ctx context.Context, now time.Time) (int, error) {
-	f, ok := s.captures.(capture.Forensics)
-	if !ok {
-		return 0, nil
-	}
-	swept, err := f.Sweep(ctx, now)
-	for _, sw := range swept {
-		r := &audit.Record{Kind: audit.KindCaptureDelete, Tenant: sw.Tenant, Subject: sw.ID, Status: "deleted", CaptureIDs: []string{sw.ID},
-			Message: "retention ended", Detail: map[string]string{"kind": sw.Kind, "created_at": sw.CreatedAt.Format(time.RFC3339), "expires_at": sw.ExpiresAt.Format(time.RFC3339)}}
-		if aerr := s.audit.Append(ctx, r); aerr != nil {
-			s.log.Error("writing a retention deletion's audit record failed", "capture_id", sw.ID, "err", aerr)
-			if err == nil {
-				err = aerr
-			}
-		}
-	}
-	if len(swept) > 0 {
-		s.log.Info("retention: deleted expired captures", "count", len(swept))
-	}
-	// Blobs no capture references any more (a crash between a deletion's
-	// commit and its file removal leaves some) go too.
-	if gc, ok := s.captures.(interface {
-		GC(context.Context) (int, error)
-	}); ok {
-		if n, gerr := gc.GC(ctx); gerr != nil {
-			s.log.Warn("capture blob GC failed", "err", gerr)
-		} else if n > 0 {
-			s.log.Info("capture blob GC removed orphans", "count", n)
-		}
-	}
-	return len(swept), err
+	return c.JSON(http.StatusOK, after.View())
 }

@@ -9,6 +9,7 @@ import (
 
 	"github.com/sandboxd/sandboxd/api"
 	"github.com/sandboxd/sandboxd/internal/forensics/audit"
+	"github.com/sandboxd/sandboxd/internal/forensics/capture"
 )
 
 // Captures: who may read, hold and erase them; erasure leaves a tombstone
@@ -66,7 +67,7 @@ func TestCaptureRoutes(t *testing.T) {
 	if d := f.req(http.MethodDelete, path, keyAdmin, `{"reason":"gdpr"}`); d.code != 409 || d.errCode() != "HELD" {
 		t.Fatalf("erase under a hold: %d %s", d.code, d.raw)
 	}
-	if n, err := f.srv.SweepCaptures(context.Background(), time.Now().Add(400*24*time.Hour)); err != nil || n != 0 {
+	if n, err := f.sweep(time.Now().Add(400 * 24 * time.Hour)); err != nil || n != 0 {
 		t.Fatalf("the sweeper deleted a held capture: %d %v", n, err)
 	}
 	f.req(http.MethodPost, path+"/hold", keyAdmin, `{"on":false,"reason":"case closed"}`)
@@ -96,18 +97,24 @@ func TestCaptureRoutes(t *testing.T) {
 
 	// Retention: a second exec's capture expires after the profile's 30 days.
 	f.exec(`{"language":"python","code":"print(2)"}`)
-	if n, err := f.srv.SweepCaptures(context.Background(), time.Now().Add(29*24*time.Hour)); err != nil || n != 0 {
+	if n, err := f.sweep(time.Now().Add(29 * 24 * time.Hour)); err != nil || n != 0 {
 		t.Fatalf("swept before expiry: %d %v", n, err)
 	}
-	if n, err := f.srv.SweepCaptures(context.Background(), time.Now().Add(31*24*time.Hour)); err != nil || n != 1 {
+	if n, err := f.sweep(time.Now().Add(31 * 24 * time.Hour)); err != nil || n != 1 {
 		t.Fatalf("sweep after expiry: %d %v", n, err)
 	}
 	del := auditPage(t, f.req(http.MethodGet, "/audit?kind="+audit.KindCaptureDelete, keyRev, ""))
 	if len(del.Records) != 1 || del.Records[0].Tenant != "acme" {
 		t.Fatalf("retention deletion not audited: %+v", del.Records)
 	}
-	rep, err := f.srv.Audit().Verify(context.Background())
+	rep, err := f.srv.audit.Verify(context.Background())
 	if err != nil || !rep.OK {
 		t.Fatalf("verify: %v %+v", err, rep)
 	}
+}
+
+// sweep runs the retention sweeper over the server's captures at now.
+func (f *ctlFixture) sweep(now time.Time) (int, error) {
+	w := &capture.Sweeper{Store: f.srv.captures.(capture.Forensics), Audit: f.srv.audit, Log: f.srv.log}
+	return w.Sweep(context.Background(), now)
 }

@@ -40,7 +40,7 @@ type readyBody struct {
 func readyzWith(t *testing.T, eng Engine) (int, readyBody) {
 	t.Helper()
 	f := newFixture(t, 1, 1)
-	f.srv.cfg.Engine = eng
+	f.srv = f.srv.with(t, func(c *Config) { c.Engine = eng })
 	rec := httptest.NewRecorder()
 	f.srv.Handler().ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/readyz", nil))
 	var b readyBody
@@ -113,8 +113,9 @@ func TestReadyzRuntimes(t *testing.T) {
 // names the runtime and the fix.
 func TestExecRuntimeMissingIsUnavailable(t *testing.T) {
 	f := newFixture(t, 1, 1)
-	f.srv.cfg.Engine = &runtimeEngine{fakeEngine: f.eng, runtimes: []string{"runc"},
+	eng := &runtimeEngine{fakeEngine: f.eng, runtimes: []string{"runc"},
 		runErr: &runner.RuntimeError{Runtime: "runsc", Profile: "strict", Engine: "Unknown runtime specified runsc"}}
+	f.srv = f.srv.with(t, func(c *Config) { c.Engine = eng })
 	resp, body := f.do(t, f.agent, `{"language":"python","code":"print(1)","profile":"strict"}`)
 	if resp.StatusCode != http.StatusServiceUnavailable {
 		t.Fatalf("status %d %v, want 503", resp.StatusCode, body)

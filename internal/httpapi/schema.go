@@ -86,7 +86,7 @@ func decodeChecked(r io.Reader, maxBytes int64, sch *bodySchema, v any) error {
 func (b *bodySchema) check(raw []byte) *api.Error {
 	inst, err := jsonschema.UnmarshalJSON(bytes.NewReader(raw))
 	if err != nil {
-		return validation("", "invalid JSON body: %v", err)
+		return api.Validation("", "invalid JSON body: %v", err)
 	}
 	// A JSON null reads as an absent field (as the decoder takes it).
 	dropNulls(inst)
@@ -96,7 +96,7 @@ func (b *bodySchema) check(raw []byte) *api.Error {
 	}
 	var ve *jsonschema.ValidationError
 	if !errors.As(err, &ve) {
-		return validation("", "%v", err)
+		return api.Validation("", "%v", err)
 	}
 	return b.explain(firstLeaf(ve), inst)
 }
@@ -196,52 +196,52 @@ func (b *bodySchema) explain(e *jsonschema.ValidationError, inst any) *api.Error
 	case *kind.Required:
 		sub := append(slices.Clone(loc), k.Missing[0])
 		name := fieldName(sub, inst)
-		return validation(name, "%s is required%s", name, b.hint(sub))
+		return api.Validation(name, "%s is required%s", name, b.hint(sub))
 	case *kind.AdditionalProperties:
 		name := k.Properties[0]
-		return validation(fieldName(append(slices.Clone(loc), name), inst), "%s", unknownFieldMessage(name, field, b.allowed(loc)))
+		return api.Validation(fieldName(append(slices.Clone(loc), name), inst), "%s", unknownFieldMessage(name, field, b.allowed(loc)))
 	case *kind.Type:
-		return validation(field, "%s must be %s, not %s%s", field, strings.Join(k.Want, " or "), k.Got, b.hint(loc))
+		return api.Validation(field, "%s must be %s, not %s%s", field, strings.Join(k.Want, " or "), k.Got, b.hint(loc))
 	case *kind.Enum:
 		want := make([]string, len(k.Want))
 		for i, w := range k.Want {
 			want[i] = jsonText(w)
 		}
-		return validation(field, "%s is %s; allowed: %s%s", field, jsonText(got), strings.Join(want, ", "), b.hint(loc))
+		return api.Validation(field, "%s is %s; allowed: %s%s", field, jsonText(got), strings.Join(want, ", "), b.hint(loc))
 	case *kind.Const:
-		return validation(field, "%s is %s; it must be %s", field, jsonText(got), jsonText(k.Want))
+		return api.Validation(field, "%s is %s; it must be %s", field, jsonText(got), jsonText(k.Want))
 	case *kind.Minimum:
-		return validation(field, "%s is %s, below the minimum of %s%s", field, jsonText(got), ratText(k.Want), b.hint(loc))
+		return api.Validation(field, "%s is %s, below the minimum of %s%s", field, jsonText(got), ratText(k.Want), b.hint(loc))
 	case *kind.Maximum:
-		return validation(field, "%s is %s, above the maximum of %s%s", field, jsonText(got), ratText(k.Want), b.hint(loc))
+		return api.Validation(field, "%s is %s, above the maximum of %s%s", field, jsonText(got), ratText(k.Want), b.hint(loc))
 	case *kind.MinLength:
 		if k.Want == 1 {
-			return validation(field, "%s must not be empty%s", field, b.hint(loc))
+			return api.Validation(field, "%s must not be empty%s", field, b.hint(loc))
 		}
-		return validation(field, "%s is %d characters long; at least %d are needed", field, k.Got, k.Want)
+		return api.Validation(field, "%s is %d characters long; at least %d are needed", field, k.Got, k.Want)
 	case *kind.MaxLength:
-		return validation(field, "%s is %d characters long; at most %d are accepted", field, k.Got, k.Want)
+		return api.Validation(field, "%s is %d characters long; at most %d are accepted", field, k.Got, k.Want)
 	case *kind.Pattern:
-		return validation(field, "%s %q does not match the pattern %s%s", field, k.Got, k.Want, b.hint(loc))
+		return api.Validation(field, "%s %q does not match the pattern %s%s", field, k.Got, k.Want, b.hint(loc))
 	case *kind.PropertyNames:
 		pattern := ""
 		if s, ok := b.schemaAt(loc)["propertyNames"].(map[string]any); ok {
 			pattern, _ = s["pattern"].(string)
 		}
-		return validation(field, "%s has the name %q, which is not allowed: names must match %s%s", field, k.Property, pattern, b.hint(loc))
+		return api.Validation(field, "%s has the name %q, which is not allowed: names must match %s%s", field, k.Property, pattern, b.hint(loc))
 	case *kind.MaxProperties:
-		return validation(field, "%s has %d entries; at most %d are allowed", field, k.Got, k.Want)
+		return api.Validation(field, "%s has %d entries; at most %d are allowed", field, k.Got, k.Want)
 	case *kind.MinItems:
-		return validation(field, "%s has %d items; at least %d are needed", field, k.Got, k.Want)
+		return api.Validation(field, "%s has %d items; at least %d are needed", field, k.Got, k.Want)
 	case *kind.MaxItems:
-		return validation(field, "%s has %d items; at most %d are allowed", field, k.Got, k.Want)
+		return api.Validation(field, "%s has %d items; at most %d are allowed", field, k.Got, k.Want)
 	case *kind.UniqueItems:
-		return validation(field, "%s has the same value twice (items %d and %d); name each once", field, k.Duplicates[0], k.Duplicates[1])
+		return api.Validation(field, "%s has the same value twice (items %d and %d); name each once", field, k.Duplicates[0], k.Duplicates[1])
 	}
 	if field == "" {
-		return validation("", "the body is not valid: %s", e.Error())
+		return api.Validation("", "the body is not valid: %s", e.Error())
 	}
-	return validation(field, "%s is not valid: %s%s", field, e.Error(), b.hint(loc))
+	return api.Validation(field, "%s is not valid: %s%s", field, e.Error(), b.hint(loc))
 }
 
 // objectLocation derives the instance location of an object from the

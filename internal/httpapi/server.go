@@ -10,14 +10,11 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
-	"regexp"
 	"slices"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"time"
 
-	"github.com/google/uuid"
 	"github.com/labstack/echo/v4"
 
 	"github.com/sandboxd/sandboxd/api"
@@ -25,10 +22,16 @@ import (
 	"github.com/sandboxd/sandboxd/egress"
 	"github.com/sandboxd/sandboxd/egress/approval"
 	"github.com/sandboxd/sandboxd/internal/auth"
+	"github.com/sandboxd/sandboxd/internal/control"
 	"github.com/sandboxd/sandboxd/internal/control/admit"
-	"github.com/sandboxd/sandboxd/internal/dataset"
+	"github.com/sandboxd/sandboxd/internal/control/budget"
+	"github.com/sandboxd/sandboxd/internal/execflow"
+	"github.com/sandboxd/sandboxd/internal/fetchflow"
 	"github.com/sandboxd/sandboxd/internal/forensics/audit"
 	"github.com/sandboxd/sandboxd/internal/forensics/capture"
+	"github.com/sandboxd/sandboxd/internal/metrics"
+	"github.com/sandboxd/sandboxd/internal/sessions"
+	"github.com/sandboxd/sandboxd/internal/store"
 	"github.com/sandboxd/sandboxd/profiles"
 	"github.com/sandboxd/sandboxd/redact"
 	"github.com/sandboxd/sandboxd/runner"
@@ -42,7 +45,9 @@ type Engine interface {
 	ImageID(ctx context.Context, ref string) (string, error)
 }
 
-// Config is the server's configuration.
+// Config is the server's configuration: what sandboxd serve wires. Keys,
+// Engine, Gate, Audit, Captures and Control's Store, Limits and Metrics
+// are required.
 type Config struct {
 	DataDir  string
 	Profiles *profiles.Set
@@ -53,11 +58,12 @@ type Config struct {
 	// MaxBodyBytes caps a request body; a larger one is refused with 400.
 	MaxBodyBytes int64
 	Version      string
-	// Resolver resolves names for POST /profiles/{name}/evaluate; nil
-	// means the system resolver. Tests use a fake (egress/egresstest).
+	// Resolver resolves names for POST /profiles/{name}/evaluate and, when
+	// Fetcher is nil, for POST /fetch; nil means the system resolver. Tests
+	// use a fake (egress/egresstest).
 	Resolver egress.Resolver
 	// Control configures idempotency, async runs, the kill switch, budgets,
-	// the loop guard and metrics (control.go).
+	// the loop guard and metrics.
 	Control Control
 	// CurrentProfiles, when set, replaces Profiles: the server reads the
 	// set it points to at each use, so that a reload (sandboxd serve swaps
@@ -70,69 +76,125 @@ type Config struct {
 	// Fetcher fetches for POST /fetch; nil: one with a Checker on Resolver
 	// and Approvals.
 	Fetcher *browse.Fetcher
-	// Captures stores fetch captures; nil: a capture.FS under
-	// DataDir/captures.
+	// Captures stores the captures of execs, fetches and transfers.
 	Captures capture.Store
 	// Audit is the audit log every exec, fetch and admin action is
-	// appended to before its answer; nil: a private in-memory log.
+	// appended to before its answer.
 	Audit audit.Log
 }
 
-// Server serves the HTTP API.
+// Control configures the control plane (internal/control).
+type Control struct {
+	// Store keeps idempotency records, async results, usage and the kill
+	// switch.
+	Store store.Store
+	// Owner names this process in in-flight records; see store.Recover.
+	Owner string
+	// Limits applies the tenants file.
+	Limits *budget.Limiter
+	// Metrics is where the API counts.
+	Metrics *metrics.Metrics
+	// IdempotencyTTL, IdempotencyWait, AsyncTTL and Queue: see
+	// control.Config.
+	IdempotencyTTL  time.Duration
+	IdempotencyWait time.Duration
+	AsyncTTL        time.Duration
+	Queue           int
+}
+
+// Server serves the HTTP API: it decodes, authorises, calls the flows and
+// encodes their answers.
 type Server struct {
 	cfg  Config
 	log  *slog.Logger
 	echo *echo.Echo
-	ctl  *control
 
+	plane     *control.Plane
+	flow      *execflow.Flow
+	fetches   *fetchflow.Flow
+	sessions  *sessions.Manager
 	approvals *approval.Service
-	fetcher   *browse.Fetcher
 	captures  capture.Store
 	audit     audit.Log
-	ownsAudit bool
-	snapshots *dataset.Registry
-	// egressDecisions holds the proxy's decisions of running execs for
-	// their audit records (egresslog.go).
-	egressDecisions execDecisions
-
-	redactMu  sync.Mutex
-	redactors map[string]*redact.Redactor // by egress profile version
-
-	// runCtx is the parent of every run; cancelling it kills running code.
-	runCtx    context.Context
-	cancelRun context.CancelCauseFunc
-	runs      sync.WaitGroup
+	profilesP *atomic.Pointer[profiles.Set]
 }
 
-// New builds the server and its routes.
-func New(cfg Config) *Server {
+// New builds the server, its flows and its routes.
+func New(cfg Config) (*Server, error) {
+	switch {
+	case cfg.Keys == nil:
+		return nil, errors.New("httpapi: no keyring")
+	case cfg.Engine == nil:
+		return nil, errors.New("httpapi: no engine")
+	case cfg.Captures == nil:
+		return nil, errors.New("httpapi: no capture store")
+	}
 	if cfg.MaxBodyBytes <= 0 {
 		cfg.MaxBodyBytes = 32 << 20
 	}
-	s := &Server{cfg: cfg, log: cfg.Log}
-	s.runCtx, s.cancelRun = context.WithCancelCause(context.Background())
+	if cfg.Log == nil {
+		cfg.Log = slog.New(slog.DiscardHandler)
+	}
+	s := &Server{cfg: cfg, log: cfg.Log, captures: cfg.Captures, audit: cfg.Audit, profilesP: cfg.CurrentProfiles}
+	if s.profilesP == nil {
+		s.profilesP = &atomic.Pointer[profiles.Set]{}
+		s.profilesP.Store(cfg.Profiles)
+	}
+	ctl := cfg.Control
+	var err error
+	s.plane, err = control.New(control.Config{Store: ctl.Store, Owner: ctl.Owner, Limits: ctl.Limits, Metrics: ctl.Metrics, Gate: cfg.Gate, Audit: cfg.Audit,
+		Log: cfg.Log, IdempotencyTTL: ctl.IdempotencyTTL, IdempotencyWait: ctl.IdempotencyWait, AsyncTTL: ctl.AsyncTTL, Queue: ctl.Queue})
+	if err != nil {
+		return nil, err
+	}
+	redactors := &redact.Cache{Log: cfg.Log}
+	s.flow, err = execflow.New(execflow.Config{Plane: s.plane, Engine: cfg.Engine, Captures: cfg.Captures, Profiles: s.profilesP, Redactors: redactors, Log: cfg.Log})
+	if err != nil {
+		return nil, err
+	}
+	s.approvals = cfg.Approvals
+	if s.approvals == nil {
+		s.approvals = approval.New(approval.Config{Store: ctl.Store, Log: cfg.Log})
+	}
+	s.approvals.SetIdentify(s.flow.Identity)
+	fetcher := cfg.Fetcher
+	if fetcher == nil {
+		fetcher = &browse.Fetcher{Checker: &egress.Checker{Resolver: cfg.Resolver, Approvals: s.approvals}, Log: cfg.Log, UserAgent: "sandboxd/" + cfg.Version}
+	}
+	s.fetches, err = fetchflow.New(fetchflow.Config{Plane: s.plane, Fetcher: fetcher, Captures: cfg.Captures, Profiles: s.profilesP, Redactors: redactors, Runs: s.flow, Log: cfg.Log})
+	if err != nil {
+		return nil, err
+	}
+	var sessionEngine sessions.Engine
+	switch e := cfg.Engine.(type) {
+	case sessions.Engine:
+		sessionEngine = e
+	case sessions.Starter:
+		sessionEngine = sessions.Runner{Starter: e}
+	}
+	s.sessions, err = sessions.New(sessions.Config{Flow: s.flow, Engine: sessionEngine, Captures: cfg.Captures, Profiles: s.profilesP, Log: cfg.Log})
+	if err != nil {
+		return nil, err
+	}
+
 	e := echo.New()
 	e.HideBanner = true
 	e.HidePort = true
 	e.HTTPErrorHandler = s.errorHandler
-	s.initControl()
-	s.initApprovals()
-	s.initFetch()
 	e.Use(s.requestID, s.observe, s.accessLog, s.recoverPanic)
-
 	e.GET("/healthz", s.healthz)
 	e.GET("/readyz", s.readyz)
 	e.POST("/exec", s.exec, s.authenticate(auth.RoleAgent))
 	s.egressRoutes(e)
 	s.controlRoutes(e)
 	s.approvalRoutes(e)
-	s.fetchRoutes(e)
+	e.POST("/fetch", s.fetch, s.authenticate(auth.RoleAgent))
 	s.agentRoutes(e) // agent.go: /tools, /openapi.yaml, /mcp
 	s.reviewRoutes(e)
 	s.uiRoutes(e) // ui.go: the review page at /ui/
 	s.sessionRoutes(e)
 	s.echo = e
-	return s
+	return s, nil
 }
 
 // Handler returns the HTTP handler, for tests and for http.Server.
@@ -140,73 +202,38 @@ func (s *Server) Handler() http.Handler { return s.echo }
 
 // profiles returns the profile set in force. Read it once per request and
 // keep the result: a reload may swap it at any time.
-func (s *Server) profiles() *profiles.Set {
-	if s.cfg.CurrentProfiles != nil {
-		if set := s.cfg.CurrentProfiles.Load(); set != nil {
-			return set
-		}
-	}
-	return s.cfg.Profiles
+func (s *Server) profiles() *profiles.Set { return s.profilesP.Load() }
+
+// KillRuns stops every running job (their containers are killed and
+// removed) and waits until their handlers have returned, at most until ctx
+// ends. cause is what their answers say (execflow.ErrShutdown at
+// shutdown).
+func (s *Server) KillRuns(ctx context.Context, cause error) error { return s.flow.KillRuns(ctx, cause) }
+
+// WaitRuns waits until running jobs finish on their own, at most until ctx
+// ends.
+func (s *Server) WaitRuns(ctx context.Context) bool { return s.flow.WaitRuns(ctx) }
+
+// Close ends the sessions and stops the control plane's background work.
+// Call it after KillRuns. The stores and the log are the caller's.
+func (s *Server) Close() error {
+	s.sessions.Close()
+	s.plane.Close()
+	return nil
 }
 
-// KillRuns stops every running job (their containers are killed and removed)
-// and waits until their handlers have returned, at most until ctx ends.
-func (s *Server) KillRuns(ctx context.Context, cause error) error {
-	s.cancelRun(cause)
-	done := make(chan struct{})
-	go func() { s.runs.Wait(); close(done) }()
-	select {
-	case <-done:
-		return nil
-	case <-ctx.Done():
-		return fmt.Errorf("runs still in progress after kill: %w", ctx.Err())
-	}
-}
+// Frozen reports whether the kill switch is on.
+func (s *Server) Frozen() bool { return s.plane.Frozen() }
 
-// WaitRuns waits until running jobs finish on their own, at most until ctx ends.
-func (s *Server) WaitRuns(ctx context.Context) bool {
-	done := make(chan struct{})
-	go func() { s.runs.Wait(); close(done) }()
-	select {
-	case <-done:
-		return true
-	case <-ctx.Done():
-		return false
-	}
-}
+// Metrics returns the metrics registry, for collectors of other packages.
+func (s *Server) Metrics() *metrics.Metrics { return s.plane.Metrics() }
 
-// Context keys.
-const (
-	ctxRequestID = "request_id"
-	ctxKey       = "auth_key"
-	ctxLogger    = "logger"
-	ctxErrorCode = "error_code"
-	ctxProfile   = "profile"
-	ctxRunStatus = "run_status"
-)
+// Approvals returns the approval service the server uses.
+func (s *Server) Approvals() *approval.Service { return s.approvals }
 
-var requestIDPattern = regexp.MustCompile(`^[A-Za-z0-9._:-]{1,64}$`)
-
-// requestID takes the caller's X-Request-Id when it is well-formed, or makes one.
-func (s *Server) requestID(next echo.HandlerFunc) echo.HandlerFunc {
-	return func(c echo.Context) error {
-		id := c.Request().Header.Get(echo.HeaderXRequestID)
-		if !requestIDPattern.MatchString(id) {
-			id = uuid.NewString()
-		}
-		c.Set(ctxRequestID, id)
-		c.Response().Header().Set(echo.HeaderXRequestID, id)
-		c.Set(ctxLogger, s.log.With("request_id", id))
-		return next(c)
-	}
-}
-
-func requestLogger(c echo.Context, fallback *slog.Logger) *slog.Logger {
-	if l, ok := c.Get(ctxLogger).(*slog.Logger); ok {
-		return l
-	}
-	return fallback
-}
+// RecordEgress is the egress Checker's Observe hook for the proxy: it
+// keeps the decision for the audit record of the exec it was made for.
+func (s *Server) RecordEgress(d *egress.Decision) { s.flow.RecordEgress(d) }
 
 // accessLog writes one line per request: never code, output or keys.
 func (s *Server) accessLog(next echo.HandlerFunc) echo.HandlerFunc {
@@ -216,6 +243,7 @@ func (s *Server) accessLog(next echo.HandlerFunc) echo.HandlerFunc {
 		if err != nil {
 			c.Error(err)
 		}
+		r := reqOf(c)
 		attrs := []any{
 			"method", c.Request().Method,
 			"path", c.Request().URL.Path,
@@ -224,13 +252,31 @@ func (s *Server) accessLog(next echo.HandlerFunc) echo.HandlerFunc {
 			"bytes_in", c.Request().ContentLength,
 			"bytes_out", c.Response().Size,
 		}
-		for _, name := range []string{ctxProfile, ctxRunStatus, ctxErrorCode} {
-			if v, ok := c.Get(name).(string); ok && v != "" {
-				attrs = append(attrs, name, v)
+		for _, a := range [][2]string{{"profile", r.profile}, {"run_status", r.runStatus}, {"error_code", r.errorCode}} {
+			if a[1] != "" {
+				attrs = append(attrs, a[0], a[1])
 			}
 		}
-		requestLogger(c, s.log).Info("request", attrs...)
+		r.log.Info("request", attrs...)
 		return nil
+	}
+}
+
+// observe takes the trace id of a W3C traceparent header into the request's
+// log lines, and counts responses by route and status.
+func (s *Server) observe(next echo.HandlerFunc) echo.HandlerFunc {
+	return func(c echo.Context) error {
+		if id := traceID(c.Request().Header.Get("traceparent")); id != "" {
+			r := reqOf(c)
+			r.traceID, r.log = id, r.log.With("trace_id", id)
+		}
+		err := next(c)
+		route := c.Path()
+		if route == "" || c.Response().Status == http.StatusNotFound && route == "/*" {
+			route = "unmatched"
+		}
+		s.plane.Metrics().Requests.WithLabelValues(route, fmt.Sprint(c.Response().Status)).Inc()
+		return err
 	}
 }
 
@@ -260,8 +306,8 @@ func (s *Server) authenticate(role string) echo.MiddlewareFunc {
 			if !ok {
 				return &api.Error{Status: http.StatusUnauthorized, Code: api.CodeAuth, Message: "the API key is not valid"}
 			}
-			c.Set(ctxKey, key)
-			c.Set(ctxLogger, requestLogger(c, s.log).With("tenant", key.Tenant, "key_id", key.ID))
+			r := reqOf(c)
+			r.key, r.log = key, r.log.With("tenant", key.Tenant, "key_id", key.ID)
 			if !key.Has(role) {
 				return &api.Error{Status: http.StatusForbidden, Code: api.CodeForbidden, Message: fmt.Sprintf("key %q lacks the role %q needed here", key.ID, role)}
 			}
@@ -408,8 +454,3 @@ func checkWritable(dir string) error {
 	f.Close()
 	return os.Remove(filepath.Clean(name))
 }
-
-var errShutdown = errors.New("sandboxd is shutting down")
-
-// ErrShutdown is the cause given to running jobs killed at shutdown.
-func ErrShutdown() error { return errShutdown }

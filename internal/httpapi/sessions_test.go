@@ -15,6 +15,7 @@ import (
 	"github.com/sandboxd/sandboxd/api"
 	"github.com/sandboxd/sandboxd/internal/forensics/audit"
 	"github.com/sandboxd/sandboxd/internal/jobproto"
+	"github.com/sandboxd/sandboxd/internal/sessions"
 	"github.com/sandboxd/sandboxd/runner"
 )
 
@@ -23,7 +24,7 @@ import (
 // on "block" until the call's context ends. The real sessions are tested
 // against the engine in tests/sessions_test.go.
 
-func (f *fakeEngine) OpenSession(ctx context.Context, spec *runner.Spec, opts runner.SessionOptions) (SessionSandbox, error) {
+func (f *fakeEngine) OpenSession(ctx context.Context, spec *runner.Spec, opts runner.SessionOptions) (sessions.Sandbox, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	fs := &fakeSession{id: spec.ID, files: map[string][]byte{}, done: make(chan struct{})}
@@ -187,7 +188,7 @@ func TestSessionCallAndResults(t *testing.T) {
 		t.Fatalf("GET: %s", g.raw)
 	}
 	// Every call is an exec audit record carrying the session.
-	recs, _, err := f.srv.Audit().Query(context.Background(), audit.Filter{Kind: audit.KindExec, Limit: 10})
+	recs, _, err := f.srv.audit.Query(context.Background(), audit.Filter{Kind: audit.KindExec, Limit: 10})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -300,11 +301,9 @@ func TestSessionBusyFilesAndCancel(t *testing.T) {
 	}
 	// The running call is an exec: DELETE /exec/{id} stops it.
 	var callID string
-	f.srv.ctl.mu.Lock()
-	for id := range f.srv.ctl.live {
+	for _, id := range f.srv.flow.Running() {
 		callID = id
 	}
-	f.srv.ctl.mu.Unlock()
 	// (A synchronous exec's id is known only while it runs: the answer
 	// after the kill may be 404, as for /exec.)
 	if d := f.req("DELETE", "/exec/"+callID, keyAgent, ""); d.code != 200 && d.code != 404 {
@@ -426,7 +425,7 @@ func TestSessionAuditTimeline(t *testing.T) {
 			t.Fatalf("%s capture: %v %+v", c.rec.Action, err, capt)
 		}
 	}
-	if rep, err := f.srv.Audit().Verify(context.Background()); err != nil || !rep.OK {
+	if rep, err := f.srv.audit.Verify(context.Background()); err != nil || !rep.OK {
 		t.Fatalf("verify: %v %+v", err, rep)
 	}
 }

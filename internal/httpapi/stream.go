@@ -10,6 +10,7 @@ import (
 
 	"github.com/labstack/echo/v4"
 
+	"github.com/sandboxd/sandboxd/internal/control"
 	"github.com/sandboxd/sandboxd/redact"
 )
 
@@ -157,7 +158,7 @@ func (st *execStream) event(name string, data []byte) {
 // finish ends the stream with the exec's answer: the output still held is
 // written, then a result (or error) event; an answer before any output
 // goes out as ordinary JSON.
-func (s *Server) finishStream(c echo.Context, st *execStream, a *answer) error {
+func (s *Server) finishStream(c echo.Context, st *execStream, a *control.Answer) error {
 	close(st.stop)
 	<-st.done
 	for _, name := range []string{"stdout", "stderr"} {
@@ -166,18 +167,15 @@ func (s *Server) finishStream(c echo.Context, st *execStream, a *answer) error {
 	st.mu.Lock()
 	started := st.started
 	st.mu.Unlock()
-	if !started && a.err != nil {
+	if !started && a.Err != nil {
 		return s.send(c, a)
 	}
-	if a.err != nil {
-		c.Set(ctxErrorCode, a.err.Code)
-		st.event("error", trimNL(a.body))
+	reqOf(c).note(a)
+	if a.Err != nil {
+		st.event("error", trimNL(a.Body))
 		return nil
 	}
-	if a.resp != nil {
-		c.Set(ctxRunStatus, a.resp.Status)
-	}
-	st.event("result", trimNL(a.body))
+	st.event("result", trimNL(a.Body))
 	return nil
 }
 

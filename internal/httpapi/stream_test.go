@@ -26,7 +26,7 @@ func (e streamEngine) Run(ctx context.Context, spec *runner.Spec) (*runner.Resul
 
 func TestExecStreamEvents(t *testing.T) {
 	f := newCtl(t, "", 0)
-	f.srv.cfg.Engine = streamEngine{f.eng}
+	f.srv = f.srv.with(t, func(c *Config) { c.Engine = streamEngine{f.eng} })
 	r := f.req(http.MethodPost, "/exec", keyAgent, code1, "Accept", "text/event-stream")
 	if r.code != 200 || r.header.Get("Content-Type") != "text/event-stream" {
 		t.Fatalf("stream: %d %v %s", r.code, r.header, r.raw)

@@ -112,7 +112,7 @@ func byteSize(n int64) string {
 func (s *Server) tools(c echo.Context) error {
 	for name := range c.QueryParams() {
 		if name != "format" {
-			return validation(name, "unknown query parameter %q; GET /tools takes only format (generic, anthropic, openai or mcp)", name)
+			return api.Validation(name, "unknown query parameter %q; GET /tools takes only format (generic, anthropic, openai or mcp)", name)
 		}
 	}
 	defs := s.ToolDefinitions()
@@ -132,7 +132,7 @@ func (s *Server) tools(c echo.Context) error {
 		}
 		return c.JSON(http.StatusOK, out)
 	default:
-		return validation("format", "format %q is not known; use generic (the default, {name, description, input_schema}; anthropic is the same), openai ({type: function, function: {name, description, parameters}}) or mcp ({name, description, inputSchema})", f)
+		return api.Validation("format", "format %q is not known; use generic (the default, {name, description, input_schema}; anthropic is the same), openai ({type: function, function: {name, description, parameters}}) or mcp ({name, description, inputSchema})", f)
 	}
 }
 

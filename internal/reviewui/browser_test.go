@@ -40,10 +40,13 @@ import (
 	"github.com/sandboxd/sandboxd/egress/egresstest"
 	"github.com/sandboxd/sandboxd/internal/auth"
 	"github.com/sandboxd/sandboxd/internal/control/admit"
+	"github.com/sandboxd/sandboxd/internal/control/budget"
 	"github.com/sandboxd/sandboxd/internal/forensics/audit"
 	"github.com/sandboxd/sandboxd/internal/forensics/capture"
 	"github.com/sandboxd/sandboxd/internal/httpapi"
 	"github.com/sandboxd/sandboxd/internal/logbuf"
+	"github.com/sandboxd/sandboxd/internal/metrics"
+	"github.com/sandboxd/sandboxd/internal/store"
 	"github.com/sandboxd/sandboxd/profiles"
 	"github.com/sandboxd/sandboxd/runner"
 )
@@ -153,17 +156,26 @@ func startServer(t *testing.T) *env {
 		t.Fatal(err)
 	}
 	log := slog.New(slog.NewJSONHandler(io.Discard, nil))
-	srv := httpapi.New(httpapi.Config{
+	st, err := store.OpenSQLite("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv, err := httpapi.New(httpapi.Config{
 		DataDir: dir, Profiles: set, Keys: keys, Engine: fakeEngine{}, Gate: admit.New(2, 4, time.Minute), Log: log, MaxBodyBytes: 1 << 20,
+		Control:  httpapi.Control{Store: st, Limits: budget.New(nil, st, log), Metrics: metrics.New()},
 		Fetcher:  &browse.Fetcher{Checker: &egress.Checker{Resolver: egresstest.NewResolver(map[string][]string{"news.test": {"127.0.0.1"}})}, Log: log},
 		Captures: caps, Audit: alog,
 	})
+	if err != nil {
+		t.Fatal(err)
+	}
 	ts := httptest.NewServer(srv.Handler())
 	t.Cleanup(func() {
 		ts.Close()
 		srv.Close()
 		alog.Close()
 		caps.Close()
+		st.Close()
 	})
 	e.base = ts.URL
 	return e

@@ -213,3 +213,7 @@ func (c *Capture) View() *api.Capture {
 	}
 	return v
 }
+
+// Days is a profile's capture retention in days as a Retention (0: keep
+// until erased).
+func Days(n int64) time.Duration { return time.Duration(n) * 24 * time.Hour }
