@@ -1,7 +1,7 @@
 package main
 
-// File access under a root directory without following symbolic links,
-// and the collection of /sandbox/out.
+// File access under a root directory without following symbolic links
+// (openBeneath, writeBeneath), and the collection of /sandbox/out.
 
 import (
 	"errors"
@@ -18,6 +18,121 @@ import (
 	"github.com/sandboxd/sandboxd/internal/jobproto"
 )
 
+// stepError is a failed step of openBeneath's walk: the system call's
+// error, the step (open or mkdir) and the full path of the element it
+// failed on. Its text is that of os.OpenFile's and os.MkdirAll's errors;
+// bare gives the system call's error alone.
+type stepError struct {
+	op, path string
+	err      error
+}
+
+func (e *stepError) Error() string { return e.op + " " + e.path + ": " + e.err.Error() }
+func (e *stepError) Unwrap() error { return e.err }
+
+// bare is err without the step and path a stepError adds: how session
+// transfers report a failed walk (they name the file themselves).
+func bare(err error) error {
+	var se *stepError
+	if errors.As(err, &se) {
+		return se.err
+	}
+	return err
+}
+
+// openBeneath opens rel (checked with jobproto.CheckPath) under root
+// without following a symbolic link anywhere on the way: a link in the
+// path is ELOOP or ENOTDIR. With O_CREAT in flags, missing directories are
+// made. The final element is opened O_NONBLOCK, so a fifo does not block
+// the open. Errors of the walk are *stepError.
+func openBeneath(root, rel string, flags int, mode uint32) (*os.File, error) {
+	if err := jobproto.CheckPath(rel); err != nil {
+		return nil, err
+	}
+	dir, err := unix.Open(root, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, &stepError{"open", root, err}
+	}
+	create := flags&unix.O_CREAT != 0
+	// A directory that cannot be entered fails the step that makes sure
+	// it exists: mkdir when creating (as os.MkdirAll says), open otherwise.
+	dirOp := "open"
+	if create {
+		dirOp = "mkdir"
+	}
+	parts := strings.Split(rel, "/")
+	walked := root
+	for _, p := range parts[:len(parts)-1] {
+		walked = filepath.Join(walked, p)
+		if create {
+			if err := unix.Mkdirat(dir, p, 0o755); err != nil && err != unix.EEXIST {
+				unix.Close(dir)
+				return nil, &stepError{"mkdir", walked, err}
+			}
+		}
+		next, err := unix.Openat(dir, p, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+		unix.Close(dir)
+		if err != nil {
+			return nil, &stepError{dirOp, walked, err}
+		}
+		dir = next
+	}
+	full := filepath.Join(root, rel)
+	fd, err := unix.Openat(dir, parts[len(parts)-1], flags|unix.O_NOFOLLOW|unix.O_CLOEXEC|unix.O_NONBLOCK, mode)
+	unix.Close(dir)
+	if err != nil {
+		return nil, &stepError{"open", full, err}
+	}
+	return os.NewFile(uintptr(fd), full), nil
+}
+
+// existing is what writeBeneath does with an entry already at its path.
+type existing int
+
+const (
+	// refuseExisting fails with EEXIST whatever the entry is: a job's
+	// files are new files in an empty /sandbox.
+	refuseExisting existing = iota
+	// replaceRegular truncates and rewrites a regular file (a session's
+	// put, or a call's files); any other entry is refused.
+	replaceRegular
+)
+
+// writeBeneath writes content to the regular file rel (checked with
+// jobproto.CheckPath) under root, making missing directories (0755) and
+// the file (0644, less the umask) on the way. It never follows a symbolic
+// link, on the way or at the end, and never writes into a directory or a
+// special file (fifo, socket, device); an existing file is refused or
+// replaced as how says. Errors of the walk are *stepError, the others
+// those of *os.File, named by the file's full path.
+func writeBeneath(root, rel string, content []byte, how existing) error {
+	flags := unix.O_WRONLY | unix.O_CREAT
+	if how == refuseExisting {
+		flags |= unix.O_EXCL
+	}
+	f, err := openBeneath(root, rel, flags, 0o644)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return err
+	}
+	if !fi.Mode().IsRegular() {
+		return errors.New("not a regular file")
+	}
+	if how == replaceRegular {
+		if err := f.Truncate(0); err != nil {
+			return err
+		}
+	}
+	if _, err := f.Write(content); err != nil {
+		return err
+	}
+	return f.Close()
+}
+
 // outCaps bound what is returned from OutDir: files, bytes per file, bytes
 // in all.
 type outCaps struct {
@@ -25,21 +140,22 @@ type outCaps struct {
 	file, total int64
 }
 
-// collect returns the entries under OutDir: regular files within the caps as
-// file frames; links, special files and files over a cap as skipped frames.
-// Links are never followed. skipEntry, when set, leaves out the entries it
-// names (a session call returns only what it created or changed).
-func collect(caps outCaps, skipEntry func(path string) bool, out *frameWriter) {
+// collect returns the entries under dir (OutDir): regular files within the
+// caps as file frames; links, special files and files over a cap as skipped
+// frames, in lexical order. Links are never followed. skipEntry, when set,
+// leaves out the entries it names (a session call returns only what it
+// created or changed).
+func collect(dir string, caps outCaps, skipEntry func(path string) bool, out *frameWriter) {
 	var total int64
 	count := 0
-	_ = filepath.WalkDir(jobproto.OutDir, func(path string, d fs.DirEntry, err error) error {
-		if path == jobproto.OutDir {
+	_ = filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
+		if path == dir {
 			return err
 		}
 		if skipEntry != nil && skipEntry(path) {
 			return nil
 		}
-		rel, _ := filepath.Rel(jobproto.OutDir, path)
+		rel, _ := filepath.Rel(dir, path)
 		skip := func(reason string) error {
 			return out.json(jobproto.TypeSkipped, jobproto.Skipped{Path: rel, Reason: reason})
 		}
@@ -77,94 +193,48 @@ func collect(caps outCaps, skipEntry func(path string) bool, out *frameWriter) {
 	})
 }
 
-var errTooLarge = errors.New("too large")
+var (
+	errTooLarge   = errors.New("too large")
+	errNotRegular = errors.New("not a regular file")
+)
 
+// readRegular reads the regular file at path, the last element not
+// followed if it is a link, as readLimited does.
 func readRegular(path string, limit int64) ([]byte, uint32, error) {
 	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NOFOLLOW|syscall.O_NONBLOCK, 0)
 	if err != nil {
 		return nil, 0, err
 	}
 	defer f.Close()
-	fi, err := f.Stat()
+	b, fi, err := readLimited(f, limit)
 	if err != nil {
 		return nil, 0, err
-	}
-	if !fi.Mode().IsRegular() {
-		return nil, 0, errors.New("not a regular file")
-	}
-	if fi.Size() > limit {
-		return nil, 0, errTooLarge
-	}
-	b, err := io.ReadAll(io.LimitReader(f, limit+1))
-	if err != nil {
-		return nil, 0, err
-	}
-	if int64(len(b)) > limit {
-		return nil, 0, errTooLarge
 	}
 	return b, uint32(fi.Mode().Perm()), nil
 }
 
-// openBeneath opens rel (checked with jobproto.CheckPath) under root
-// without following a symbolic link anywhere on the way: a link in the
-// path is ELOOP or ENOTDIR. With O_CREAT in flags, missing directories are
-// made.
-func openBeneath(root, rel string, flags int, mode uint32) (*os.File, error) {
-	if err := jobproto.CheckPath(rel); err != nil {
-		return nil, err
-	}
-	dir, err := unix.Open(root, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+// readLimited reads f whole if it is a regular file of at most limit
+// bytes: errNotRegular for anything else, errTooLarge over the limit. fi is
+// f's stat once it succeeded, for the caller's finer reasons.
+func readLimited(f *os.File, limit int64) (b []byte, fi fs.FileInfo, err error) {
+	fi, err = f.Stat()
 	if err != nil {
-		return nil, err
-	}
-	parts := strings.Split(rel, "/")
-	for _, p := range parts[:len(parts)-1] {
-		if flags&unix.O_CREAT != 0 {
-			if err := unix.Mkdirat(dir, p, 0o755); err != nil && err != unix.EEXIST {
-				unix.Close(dir)
-				return nil, err
-			}
-		}
-		next, err := unix.Openat(dir, p, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
-		unix.Close(dir)
-		if err != nil {
-			return nil, err
-		}
-		dir = next
-	}
-	fd, err := unix.Openat(dir, parts[len(parts)-1], flags|unix.O_NOFOLLOW|unix.O_CLOEXEC|unix.O_NONBLOCK, mode)
-	unix.Close(dir)
-	if err != nil {
-		return nil, err
-	}
-	return os.NewFile(uintptr(fd), filepath.Join(root, rel)), nil
-}
-
-// writeFileBeneath writes content to rel under root, replacing a regular
-// file there; it never writes through a link or into a special file.
-func writeFileBeneath(root, rel string, content []byte) error {
-	f, err := openBeneath(root, rel, unix.O_WRONLY|unix.O_CREAT, 0o644)
-	if err != nil {
-		if errors.Is(err, unix.ELOOP) || errors.Is(err, unix.ENOTDIR) {
-			return errors.New("a symbolic link or a file is in the way")
-		}
-		return err
-	}
-	defer f.Close()
-	fi, err := f.Stat()
-	if err != nil {
-		return err
+		return nil, nil, err
 	}
 	if !fi.Mode().IsRegular() {
-		return errors.New("not a regular file")
+		return nil, fi, errNotRegular
 	}
-	if err := f.Truncate(0); err != nil {
-		return err
+	if fi.Size() > limit {
+		return nil, fi, errTooLarge
 	}
-	if _, err := f.Write(content); err != nil {
-		return err
+	b, err = io.ReadAll(io.LimitReader(f, limit+1))
+	if err != nil {
+		return nil, fi, err
 	}
-	return f.Close()
+	if int64(len(b)) > limit {
+		return nil, fi, errTooLarge
+	}
+	return b, fi, nil
 }
 
 // sig identifies a version of a directory entry.
@@ -193,13 +263,13 @@ func snapshot(dir string) map[string]sig {
 	return out
 }
 
-// collectChanged returns the entries under OutDir that are new or changed
+// collectChanged returns the entries under dir (OutDir) that are new or changed
 // since before, as collect does for a job.
-func collectChanged(before map[string]sig, caps *jobproto.SessionInit, out *frameWriter) {
-	after := snapshot(jobproto.OutDir)
+func collectChanged(dir string, before map[string]sig, caps *jobproto.SessionInit, out *frameWriter) {
+	after := snapshot(dir)
 	unchanged := func(path string) bool {
 		s, ok := before[path]
 		return ok && s == after[path]
 	}
-	collect(outCaps{count: caps.MaxOutCount, file: caps.MaxOutFileBytes, total: caps.MaxOutTotalBytes}, unchanged, out)
+	collect(dir, outCaps{count: caps.MaxOutCount, file: caps.MaxOutFileBytes, total: caps.MaxOutTotalBytes}, unchanged, out)
 }

@@ -31,43 +31,25 @@ func runJob(in *interp, payload []byte, out *frameWriter) jobproto.Exit {
 		return jobproto.Exit{ExitCode: -1, Error: err.Error()}
 	}
 	exit := in.run(&job)
-	collect(outCaps{count: job.MaxOutCount, file: job.MaxOutFileBytes, total: job.MaxOutTotalBytes}, nil, out)
+	collect(jobproto.OutDir, outCaps{count: job.MaxOutCount, file: job.MaxOutFileBytes, total: job.MaxOutTotalBytes}, nil, out)
 	return exit
 }
 
-// prepare writes the input files and the code.
+// prepare writes the input files and the code, as new files: nothing of
+// the job's may already be there, and no symbolic link is followed.
 func prepare(job *jobproto.Job) error {
 	if err := os.MkdirAll(jobproto.OutDir, 0o755); err != nil {
 		return fmt.Errorf("creating %s: %w", jobproto.OutDir, err)
 	}
 	for _, f := range job.Files {
-		if err := jobproto.CheckPath(f.Path); err != nil {
-			return fmt.Errorf("file %q: %w", f.Path, err)
-		}
-		full := filepath.Join(jobproto.WorkDir, f.Path)
-		if err := os.MkdirAll(filepath.Dir(full), 0o755); err != nil {
-			return fmt.Errorf("file %q: %w", f.Path, err)
-		}
-		if err := writeNew(full, f.Content); err != nil {
+		if err := writeBeneath(jobproto.WorkDir, f.Path, f.Content, refuseExisting); err != nil {
 			return fmt.Errorf("file %q: %w", f.Path, err)
 		}
 	}
-	if err := writeNew(jobproto.CodePath, job.Code); err != nil {
+	if err := writeBeneath(filepath.Dir(jobproto.CodePath), filepath.Base(jobproto.CodePath), job.Code, refuseExisting); err != nil {
 		return fmt.Errorf("writing code: %w", err)
 	}
 	return nil
-}
-
-func writeNew(path string, content []byte) error {
-	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL|syscall.O_NOFOLLOW, 0o644)
-	if err != nil {
-		return err
-	}
-	if _, err := f.Write(content); err != nil {
-		f.Close()
-		return err
-	}
-	return f.Close()
 }
 
 // run hands the job to the waiting interpreter and waits for it. The

@@ -270,7 +270,7 @@ func (h *session) call(p []byte) error {
 	}
 	h.calls++
 	for _, f := range c.Files {
-		if err := writeFileBeneath(jobproto.WorkDir, f.Path, f.Content); err != nil {
+		if err := putFile(f); err != nil {
 			end.Error = fmt.Sprintf("file %q: %v", f.Path, err)
 			_ = h.out.frame(jobproto.TypeStarted, nil)
 			return h.out.json(jobproto.TypeCallEnd, end)
@@ -395,7 +395,7 @@ wait:
 		end.MaxRSSKB = k.exit.ru.Maxrss
 	}
 	end.MemoryBytes = memoryBytes()
-	collectChanged(before, &h.init, h.out)
+	collectChanged(jobproto.OutDir, before, &h.init, h.out)
 	if err := h.out.json(jobproto.TypeCallEnd, end); err != nil {
 		return err
 	}

@@ -7,7 +7,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"io/fs"
 
 	"golang.org/x/sys/unix"
@@ -23,7 +22,7 @@ func (h *session) put(p []byte) {
 		done.Error = "decoding the request: " + err.Error()
 	}
 	for _, f := range req.Files {
-		if err := writeFileBeneath(jobproto.WorkDir, f.Path, f.Content); err != nil {
+		if err := putFile(f); err != nil {
 			done.Error = fmt.Sprintf("file %q: %v", f.Path, err)
 			break
 		}
@@ -57,32 +56,23 @@ func (h *session) get(p []byte) {
 		skip("symbolic link, not followed")
 		return
 	case err != nil:
-		skip("unreadable: " + err.Error())
+		skip("unreadable: " + bare(err).Error())
 		return
 	}
 	defer f.Close()
-	fi, err := f.Stat()
+	b, fi, err := readLimited(f, req.MaxBytes)
 	switch {
-	case err != nil:
-		skip("unreadable: " + err.Error())
-		return
-	case fi.IsDir():
+	case errors.Is(err, errNotRegular) && fi.IsDir():
 		skip("a directory, not a file")
 		return
-	case !fi.Mode().IsRegular():
+	case errors.Is(err, errNotRegular):
 		skip("special file, not read")
 		return
-	case fi.Size() > req.MaxBytes:
+	case errors.Is(err, errTooLarge):
 		skip(fmt.Sprintf("larger than the %d-byte per-file cap", req.MaxBytes))
 		return
-	}
-	b, err := io.ReadAll(io.LimitReader(f, req.MaxBytes+1))
-	switch {
 	case err != nil:
 		skip("unreadable: " + err.Error())
-		return
-	case int64(len(b)) > req.MaxBytes:
-		skip(fmt.Sprintf("larger than the %d-byte per-file cap", req.MaxBytes))
 		return
 	}
 	payload, err := jobproto.EncodeFile(jobproto.FileHeader{Path: req.Path, Mode: uint32(fi.Mode().Perm()), Size: int64(len(b))}, b)
@@ -91,4 +81,20 @@ func (h *session) get(p []byte) {
 		return
 	}
 	_ = h.out.frame(jobproto.TypeFile, payload)
+}
+
+// putFile writes a file sandboxd sent into a session under WorkDir,
+// replacing a regular file there. Its errors are in the words session
+// transfers have always used: a link or a file in the way of the path, or
+// the system call's error alone (the caller names the file).
+func putFile(f jobproto.File) error {
+	err := writeBeneath(jobproto.WorkDir, f.Path, f.Content, replaceRegular)
+	var se *stepError
+	if !errors.As(err, &se) {
+		return err
+	}
+	if errors.Is(se.err, unix.ELOOP) || errors.Is(se.err, unix.ENOTDIR) {
+		return errors.New("a symbolic link or a file is in the way")
+	}
+	return se.err
 }
