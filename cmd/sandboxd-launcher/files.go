@@ -263,8 +263,8 @@ func snapshot(dir string) map[string]sig {
 	return out
 }
 
-// collectChanged returns the entries under dir (OutDir) that are new or changed
-// since before, as collect does for a job.
+// collectChanged returns the entries under dir (OutDir) that are new or
+// changed since before, as collect does for a job.
 func collectChanged(dir string, before map[string]sig, caps *jobproto.SessionInit, out *frameWriter) {
 	after := snapshot(dir)
 	unchanged := func(path string) bool {

@@ -1,5 +1,8 @@
 package main
 
+// The caps on a session call's rich results (reprs, tables, figures), which
+// come from the kernel: data from inside the sandbox like any other.
+
 import (
 	"bytes"
 	"fmt"
@@ -16,8 +19,14 @@ type resultCaps struct {
 	count   int
 }
 
+// pngMagic starts every PNG file.
 var pngMagic = []byte("\x89PNG\r\n\x1a\n")
 
+// admit caps one result message of the kernel: the result to send, or
+// false to drop it (a kind it does not know, or beyond the MaxFigures+4
+// results a call may send). Text is cut at MaxTextBytes; a figure past
+// MaxFigures, over MaxFigureBytes or not a PNG is sent without its data,
+// with the reason in Omitted.
 func (c *resultCaps) admit(m kmsg) (jobproto.RichResult, bool) {
 	c.count++
 	if c.count > c.init.MaxFigures+4 {

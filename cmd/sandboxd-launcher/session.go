@@ -270,7 +270,7 @@ func (h *session) call(p []byte) error {
 	}
 	h.calls++
 	for _, f := range c.Files {
-		if err := putFile(f); err != nil {
+		if err := putFile(jobproto.WorkDir, f); err != nil {
 			end.Error = fmt.Sprintf("file %q: %v", f.Path, err)
 			_ = h.out.frame(jobproto.TypeStarted, nil)
 			return h.out.json(jobproto.TypeCallEnd, end)
