@@ -1,8 +1,11 @@
 package main
 
+// The waiting interpreter: a Python process (zygote.py) started before the
+// job arrives, which imports the profile's preload modules and then runs a
+// job's code, or a session's kernel, in itself.
+
 import (
 	_ "embed"
-	"encoding/json"
 	"fmt"
 	"os"
 	"strconv"
@@ -10,9 +13,6 @@ import (
 	"sync"
 	"sync/atomic"
 	"syscall"
-	"time"
-
-	"golang.org/x/sys/unix"
 
 	"github.com/sandboxd/sandboxd/internal/jobproto"
 )
@@ -167,103 +167,4 @@ func (in *interp) waitReady() {
 	var b [1]byte
 	_, _ = in.readyR.Read(b[:])
 	in.readyR.Close()
-}
-
-// run hands the job to the waiting interpreter and waits for it. The
-// job's clock starts once the preload is done: in a cold sandbox the
-// import of the profile's modules (seconds for pandas on a busy machine)
-// is the sandbox's start-up, not the code's time.
-func (in *interp) run(job *jobproto.Job) jobproto.Exit {
-	outputLimit.Store(job.OutputBytes)
-	in.waitReady()
-	base := cpuTicks(in.pid) // the preload's CPU is not the job's
-	ctl, err := json.Marshal(struct {
-		Path string            `json:"path"`
-		Env  map[string]string `json:"env"`
-	}{jobproto.CodePath, job.Env})
-	if err != nil {
-		return jobproto.Exit{ExitCode: -1, Error: err.Error()}
-	}
-	in.forward.Store(true)
-	start := time.Now()
-	// A failed write means the interpreter is gone already; its status
-	// below says why.
-	_, _ = in.ctlW.Write(ctl)
-	in.ctlW.Close()
-	in.kreqW.Close()
-	in.krespR.Close()
-	_ = in.out.frame(jobproto.TypeStarted, nil)
-	go func() {
-		_, _ = in.stdinW.Write(job.Stdin)
-		in.stdinW.Close()
-	}()
-
-	var timedOut atomic.Bool
-	timer := time.AfterFunc(time.Duration(job.TimeoutMS)*time.Millisecond, func() {
-		timedOut.Store(true)
-		killAll(in.pid)
-	})
-	ws, ru, err := reapUntil(in.pid)
-	timer.Stop()
-	dur := time.Since(start)
-	// Whatever the code left behind (daemons, children holding the output
-	// pipes) dies now, so the pipes reach EOF and /sandbox/out is stable.
-	killAll(in.pid)
-	reapAll()
-	in.pumps.Wait()
-
-	exit := jobproto.Exit{
-		DurationMS:      dur.Milliseconds(),
-		StdoutTruncated: in.outTrunc,
-		StderrTruncated: in.errTrunc,
-		TimedOut:        timedOut.Load(),
-	}
-	if err != nil {
-		exit.ExitCode = -1
-		exit.Error = "waiting for python: " + err.Error()
-		return exit
-	}
-	tick := int64(1000 / clockTicks)
-	exit.UserCPUMS = max(ru.Utime.Sec*1000+int64(ru.Utime.Usec)/1000-base.user*tick, 0)
-	exit.SysCPUMS = max(ru.Stime.Sec*1000+int64(ru.Stime.Usec)/1000-base.sys*tick, 0)
-	exit.MaxRSSKB = ru.Maxrss
-	switch {
-	case ws.Signaled():
-		exit.ExitCode = 128 + int(ws.Signal())
-		exit.Signal = unix.SignalName(ws.Signal())
-		if ws.Signal() == syscall.SIGKILL && !exit.TimedOut && oomKills() > in.oomBefore {
-			exit.OOM = true
-		}
-	default:
-		exit.ExitCode = ws.ExitStatus()
-	}
-	return exit
-}
-
-// clockTicks is USER_HZ, the unit of /proc/<pid>/stat's CPU times; 100 on
-// every Linux architecture Go supports.
-const clockTicks = 100
-
-type ticks struct{ user, sys int64 }
-
-// cpuTicks reads a process's user and system CPU time from /proc.
-func cpuTicks(pid int) ticks {
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
-	if err != nil {
-		return ticks{}
-	}
-	// The command name (field 2) may hold spaces; fields after it start
-	// behind the last ')'.
-	s := string(b)
-	i := strings.LastIndexByte(s, ')')
-	if i < 0 {
-		return ticks{}
-	}
-	f := strings.Fields(s[i+1:])
-	if len(f) < 13 {
-		return ticks{}
-	}
-	u, _ := strconv.ParseInt(f[11], 10, 64) // field 14, utime
-	k, _ := strconv.ParseInt(f[12], 10, 64) // field 15, stime
-	return ticks{u, k}
 }

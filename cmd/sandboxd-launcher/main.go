@@ -10,22 +10,30 @@
 //	sandboxd-launcher [--preload module,module...]
 //
 // It is built static (CGO_ENABLED=0) and copied into the sandbox image.
+//
+// The files of the command, by job:
+//
+//	main.go     the entry point, the first frame, the sealed frame writer
+//	job.go      a one-shot job: its files, its run, its exit report
+//	interp.go   the waiting interpreter and its output pumps
+//	session.go  the session host: serve, call, restart, adopt
+//	kernel.go   the channel to a session's kernel (kernel.py)
+//	stream.go   a session call's output, cut at its end marker
+//	results.go  the caps on a call's rich results
+//	transfer.go a session's file put and get
+//	reaper.go   reaping and killing the container's processes
+//	files.go    file access under a root: openBeneath, writeBeneath, collect
+//	procfs.go   CPU, memory and OOM counters from /proc and the cgroup
 package main
 
 import (
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
-	"io/fs"
 	"os"
 	"os/signal"
-	"path/filepath"
 	"runtime"
-	"strconv"
-	"strings"
 	"sync"
-	"syscall"
 
 	"golang.org/x/sys/unix"
 
@@ -115,6 +123,8 @@ func (f *frameWriter) json(typ byte, v any) error {
 	return f.frame(typ, b)
 }
 
+// run starts the waiting interpreter, reads the first frame from sandboxd
+// and runs the job or hosts the session it asks for.
 func run(out *frameWriter) jobproto.Exit {
 	// The interpreter starts (and imports the preload modules) before the
 	// job arrives: in a pooled sandbox that happens while it waits.
@@ -126,202 +136,11 @@ func run(out *frameWriter) jobproto.Exit {
 	if err != nil {
 		return jobproto.Exit{ExitCode: -1, Error: "reading job: " + err.Error()}
 	}
-	if typ == jobproto.TypeSession {
-		return runSession(in, payload, out) // kernel.go
+	switch typ {
+	case jobproto.TypeSession:
+		return runSession(in, payload, out) // session.go
+	case jobproto.TypeJob:
+		return runJob(in, payload, out) // job.go
 	}
-	if typ != jobproto.TypeJob {
-		return jobproto.Exit{ExitCode: -1, Error: fmt.Sprintf("expected a job frame, got %q", typ)}
-	}
-	var job jobproto.Job
-	if err := json.Unmarshal(payload, &job); err != nil {
-		return jobproto.Exit{ExitCode: -1, Error: "decoding job: " + err.Error()}
-	}
-	payload = nil
-	out.setKey(os.Stdout, job.Key)
-	if err := prepare(&job); err != nil {
-		return jobproto.Exit{ExitCode: -1, Error: err.Error()}
-	}
-	exit := in.run(&job)
-	collect(outCaps{count: job.MaxOutCount, file: job.MaxOutFileBytes, total: job.MaxOutTotalBytes}, nil, out)
-	return exit
-}
-
-// prepare writes the input files and the code.
-func prepare(job *jobproto.Job) error {
-	if err := os.MkdirAll(jobproto.OutDir, 0o755); err != nil {
-		return fmt.Errorf("creating %s: %w", jobproto.OutDir, err)
-	}
-	for _, f := range job.Files {
-		if err := jobproto.CheckPath(f.Path); err != nil {
-			return fmt.Errorf("file %q: %w", f.Path, err)
-		}
-		full := filepath.Join(jobproto.WorkDir, f.Path)
-		if err := os.MkdirAll(filepath.Dir(full), 0o755); err != nil {
-			return fmt.Errorf("file %q: %w", f.Path, err)
-		}
-		if err := writeNew(full, f.Content); err != nil {
-			return fmt.Errorf("file %q: %w", f.Path, err)
-		}
-	}
-	if err := writeNew(jobproto.CodePath, job.Code); err != nil {
-		return fmt.Errorf("writing code: %w", err)
-	}
-	return nil
-}
-
-func writeNew(path string, content []byte) error {
-	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL|syscall.O_NOFOLLOW, 0o644)
-	if err != nil {
-		return err
-	}
-	if _, err := f.Write(content); err != nil {
-		f.Close()
-		return err
-	}
-	return f.Close()
-}
-
-// reapUntil reaps children, adopted orphans included (the launcher is the
-// container's init), until pid exits, and returns pid's status and usage.
-func reapUntil(pid int) (syscall.WaitStatus, syscall.Rusage, error) {
-	for {
-		var ws syscall.WaitStatus
-		var ru syscall.Rusage
-		got, err := syscall.Wait4(-1, &ws, 0, &ru)
-		if err == syscall.EINTR {
-			continue
-		}
-		if err != nil {
-			return ws, ru, err
-		}
-		if got == pid && (ws.Exited() || ws.Signaled()) {
-			return ws, ru, nil
-		}
-	}
-}
-
-// reapAll reaps every remaining child until none is left.
-func reapAll() {
-	for {
-		var ws syscall.WaitStatus
-		_, err := syscall.Wait4(-1, &ws, 0, nil)
-		if err == syscall.EINTR {
-			continue
-		}
-		if err != nil {
-			return
-		}
-	}
-}
-
-// killAll kills the code's process group and then every other process in
-// the container but the launcher itself, which is the container's init.
-func killAll(pgid int) {
-	_ = syscall.Kill(-pgid, syscall.SIGKILL)
-	_ = syscall.Kill(-1, syscall.SIGKILL)
-}
-
-// oomKills reads the container's memory cgroup OOM-kill counter (cgroup v2
-// memory.events or v1 memory.oom_control), or 0 when neither is readable.
-func oomKills() int64 {
-	for _, p := range []string{"/sys/fs/cgroup/memory.events", "/sys/fs/cgroup/memory/memory.oom_control"} {
-		b, err := os.ReadFile(p)
-		if err != nil {
-			continue
-		}
-		for _, line := range strings.Split(string(b), "\n") {
-			if v, ok := strings.CutPrefix(line, "oom_kill "); ok {
-				n, _ := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
-				return n
-			}
-		}
-	}
-	return 0
-}
-
-// outCaps bound what is returned from OutDir: files, bytes per file, bytes
-// in all.
-type outCaps struct {
-	count       int
-	file, total int64
-}
-
-// collect returns the entries under OutDir: regular files within the caps as
-// file frames; links, special files and files over a cap as skipped frames.
-// Links are never followed. skipEntry, when set, leaves out the entries it
-// names (a session call returns only what it created or changed).
-func collect(caps outCaps, skipEntry func(path string) bool, out *frameWriter) {
-	var total int64
-	count := 0
-	_ = filepath.WalkDir(jobproto.OutDir, func(path string, d fs.DirEntry, err error) error {
-		if path == jobproto.OutDir {
-			return err
-		}
-		if skipEntry != nil && skipEntry(path) {
-			return nil
-		}
-		rel, _ := filepath.Rel(jobproto.OutDir, path)
-		skip := func(reason string) error {
-			return out.json(jobproto.TypeSkipped, jobproto.Skipped{Path: rel, Reason: reason})
-		}
-		if err != nil {
-			return skip("unreadable: " + err.Error())
-		}
-		t := d.Type()
-		switch {
-		case t.IsDir():
-			return nil
-		case t&fs.ModeSymlink != 0:
-			return skip("symbolic link, not followed")
-		case !t.IsRegular():
-			return skip("special file, not read")
-		}
-		if count >= caps.count {
-			return skip(fmt.Sprintf("more than %d files in /sandbox/out", caps.count))
-		}
-		content, mode, err := readRegular(path, caps.file)
-		switch {
-		case errors.Is(err, errTooLarge):
-			return skip(fmt.Sprintf("larger than the %d-byte per-file cap", caps.file))
-		case err != nil:
-			return skip("unreadable: " + err.Error())
-		case total+int64(len(content)) > caps.total:
-			return skip(fmt.Sprintf("over the %d-byte cap on all returned files", caps.total))
-		}
-		total += int64(len(content))
-		count++
-		p, err := jobproto.EncodeFile(jobproto.FileHeader{Path: rel, Mode: mode, Size: int64(len(content))}, content)
-		if err != nil {
-			return err
-		}
-		return out.frame(jobproto.TypeFile, p)
-	})
-}
-
-var errTooLarge = errors.New("too large")
-
-func readRegular(path string, limit int64) ([]byte, uint32, error) {
-	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NOFOLLOW|syscall.O_NONBLOCK, 0)
-	if err != nil {
-		return nil, 0, err
-	}
-	defer f.Close()
-	fi, err := f.Stat()
-	if err != nil {
-		return nil, 0, err
-	}
-	if !fi.Mode().IsRegular() {
-		return nil, 0, errors.New("not a regular file")
-	}
-	if fi.Size() > limit {
-		return nil, 0, errTooLarge
-	}
-	b, err := io.ReadAll(io.LimitReader(f, limit+1))
-	if err != nil {
-		return nil, 0, err
-	}
-	if int64(len(b)) > limit {
-		return nil, 0, errTooLarge
-	}
-	return b, uint32(fi.Mode().Perm()), nil
+	return jobproto.Exit{ExitCode: -1, Error: fmt.Sprintf("expected a job frame, got %q", typ)}
 }
