@@ -3,7 +3,8 @@
 #   make image    sandbox image sandboxd/python:3.11 (no registry needed; see images/build.sh)
 #   make build    bin/sandboxd and bin/sandboxd-launcher
 #   make run      image + build, then serve on $(ADDR)
-#   make test     image + build, then go vet and the race-enabled test suite
+#   make test     image + build, then go vet, staticcheck and the race-enabled test suite
+#   make lint     gofmt, go vet and staticcheck
 #   make docker   service image sandboxd/sandboxd:dev (top-level Dockerfile)
 #   make gvisor   install gVisor (runsc) and register it with the engine, for
 #                 profiles with runtime: runsc (see scripts/gvisor.sh)
@@ -43,7 +44,7 @@ LAUNCHER_LDFLAGS := -s -w -buildid=
 # The classic builder is what works without the buildx plugin (engine 20.10).
 DOCKER_BUILDKIT ?= $(shell docker buildx version >/dev/null 2>&1 && echo 1 || echo 0)
 
-.PHONY: all help image launcher build sandboxd cgo-deps test-deps run test vet docker gvisor clean fmt-check bench
+.PHONY: all help image launcher build sandboxd cgo-deps test-deps run test vet lint docker gvisor clean fmt-check bench
 
 all: build
 
@@ -96,6 +97,13 @@ run: image build
 vet: cgo-deps
 	$(GO) vet ./...
 
+# staticcheck at a pinned version, built through the module proxy (cached
+# after the first run).
+STATICCHECK ?= $(GO) run honnef.co/go/tools/cmd/staticcheck@v0.8.2
+lint: cgo-deps fmt-check
+	$(GO) vet ./...
+	$(STATICCHECK) ./...
+
 # The packages first, in parallel; then the end-to-end suites against the
 # engine one at a time (-p 1): side by side on 2 cores they starved each
 # other's sandboxes (memory bombs timed out before reaching their limit,
@@ -103,6 +111,7 @@ vet: cgo-deps
 E2E_PKGS := ./tests/...
 test: image build test-deps
 	$(GO) vet ./...
+	$(STATICCHECK) ./...
 	$(GO) test -race -count=1 -timeout 25m $$($(GO) list ./... | grep -v '/tests')
 	$(GO) test -race -count=1 -timeout 25m -p 1 $(E2E_PKGS)
 

@@ -55,10 +55,6 @@ func (c *compound) constrained() bool {
 	return len(c.ids) > 0 || len(c.classes) > 0 || len(c.attrs) > 0 || c.custom
 }
 
-func (c *compound) empty() bool {
-	return c.tag == "" && !c.constrained() && !c.nest
-}
-
 // builtinHidden are class names commonly used for visually hidden or
 // screen-reader-only text, and the usual utility classes for display:none.
 var builtinHidden = []string{

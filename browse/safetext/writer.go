@@ -343,9 +343,6 @@ func (w *writer) endCapture() (content []byte, space bool) {
 	return content, space
 }
 
-// capturing reports whether output is being captured.
-func (w *writer) capturing() bool { return len(w.caps) > 0 }
-
 // codeBlock writes the content of a <pre> element.
 func (w *writer) codeBlock(content []byte) {
 	lines := strings.Split(strings.Trim(string(content), "\n"), "\n")

@@ -60,7 +60,8 @@ func TestReloader(t *testing.T) {
 	// Bad edit: refused with file:line, the last good set stays, reported once.
 	writeFile(t, file, strings.Replace(good, "5000", "99", 1))
 	bump(t, file)
-	if r.reload("file change", false) || r.reload("file change", false) {
+	first, again := r.reload("file change", false), r.reload("file change", false)
+	if first || again {
 		t.Fatal("a bad edit was put in force")
 	}
 	if got := cur.Load().Exec["default"].Version; got != v2 {

@@ -24,9 +24,7 @@ func (f *Flow) audit(j *Job, a *control.Answer) *control.Answer {
 	r.CodeSHA256 = audit.SHA256(spec.Job.Code)
 	r.ExecProfile = &audit.ProfileRef{Name: spec.Profile.Name, Version: spec.Profile.Version}
 	r.Runtime = spec.Profile.Runtime
-	for _, d := range j.Datasets {
-		r.Datasets = append(r.Datasets, audit.DatasetRef{Name: d.Name, Snapshot: d.Snapshot})
-	}
+	r.Datasets = append(r.Datasets, j.Datasets...)
 	if eg := f.profiles().Egress[spec.Profile.Egress]; eg != nil {
 		r.EgressProfile = &audit.ProfileRef{Name: eg.Name, Version: eg.Version}
 	}

@@ -54,7 +54,6 @@ type fixture struct {
 	srv   *Server
 	eng   *fakeEngine
 	agent string
-	admin string
 }
 
 func newFixture(t *testing.T, slots, queue int) *fixture {

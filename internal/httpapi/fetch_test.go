@@ -53,7 +53,7 @@ type fetchFixture struct {
 	*ctlFixture
 	up       *httptest.Server
 	hits     atomic.Int64
-	captures *capture.FS
+	captures *capture.SQLite
 }
 
 func newFetchFixture(t *testing.T, tenants string) *fetchFixture {
@@ -112,7 +112,7 @@ func newFetchFixture(t *testing.T, tenants string) *fetchFixture {
 	set.Egress["pages"] = &p
 
 	dir := t.TempDir()
-	caps, err := capture.OpenFS(filepath.Join(dir, "captures"))
+	caps, err := capture.Open(filepath.Join(dir, "captures"), capture.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}

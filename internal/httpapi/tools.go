@@ -128,7 +128,7 @@ func (s *Server) tools(c echo.Context) error {
 	case "mcp":
 		out := api.MCPToolList{Tools: make([]api.MCPTool, len(defs))}
 		for i, d := range defs {
-			out.Tools[i] = api.MCPTool{Name: d.Name, Description: d.Description, InputSchema: d.InputSchema}
+			out.Tools[i] = api.MCPTool(d)
 		}
 		return c.JSON(http.StatusOK, out)
 	default:

@@ -617,57 +617,15 @@ func TestTamperedBlobDetected(t *testing.T) {
 	}
 }
 
-func TestImportsFormerLayout(t *testing.T) {
-	dir := t.TempDir()
-	// A capture as the former FS store wrote it, and one damaged.
-	write := func(id, content, recorded string) string {
-		d := filepath.Join(dir, id[4:6], id)
-		if err := os.MkdirAll(d, 0o700); err != nil {
-			t.Fatal(err)
-		}
-		meta := fmt.Sprintf(`{"id":%q,"kind":"fetch","tenant":"acme","key_id":"k1","created_at":"2025-01-02T03:04:05Z","meta":{"url":"http://x.test/"},
-			"parts":[{"name":"raw","content_type":"text/plain","size":%d,"sha256":%q}]}`, id, len(content), recorded)
-		os.WriteFile(filepath.Join(d, legacyMeta), []byte(meta), 0o600)
-		os.WriteFile(filepath.Join(d, "raw"), []byte(content), 0o600)
-		return d
-	}
-	good, bad := NewID(), NewID()
-	goodDir := write(good, "hello", "2cf24dba5fb0a30e26e83b2ac5b9e29e1b161e5c1fa7425e73043362938b9824")
-	badDir := write(bad, "HELLO", "2cf24dba5fb0a30e26e83b2ac5b9e29e1b161e5c1fa7425e73043362938b9824")
-	os.MkdirAll(filepath.Join(dir, legacyTmpPrefix+"cap_x-1"), 0o700)
-	s := openT(t, dir, Options{})
-	c, err := s.Get(bg, good)
+func TestOpenWithoutKey(t *testing.T) {
+	plain, err := Open(t.TempDir(), Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if string(c.Part("raw").Data) != "hello" || c.Meta["url"] != "http://x.test/" || c.CreatedAt.Year() != 2025 || c.Tenant != "acme" {
-		t.Fatalf("imported: %+v", c)
+	if plain.Encrypted() {
+		t.Fatal("Open without a key file opened an encrypted store")
 	}
-	if _, err := os.Stat(goodDir); !os.IsNotExist(err) {
-		t.Fatalf("imported directory left: %v", err)
-	}
-	if _, err := os.Stat(badDir); err != nil {
-		t.Fatalf("a damaged capture's directory must stay: %v", err)
-	}
-	if _, err := s.Get(bg, bad); !errors.Is(err, ErrNotFound) {
-		t.Fatalf("damaged capture imported: %v", err)
-	}
-	if _, err := os.Stat(filepath.Join(dir, legacyTmpPrefix+"cap_x-1")); !os.IsNotExist(err) {
-		t.Fatalf("former temporary dir left: %v", err)
-	}
-}
-
-func TestOpenFSIsOpenWithoutKey(t *testing.T) {
-	dir := t.TempDir()
-	var fsStore *FS
-	fsStore, err := OpenFS(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if fsStore.Encrypted() {
-		t.Fatal("OpenFS opened an encrypted store")
-	}
-	fsStore.Close()
+	plain.Close()
 	// A store written encrypted does not open without its key.
 	encDir := t.TempDir()
 	s := openT(t, encDir, Options{KeyFile: writeKey(t, t.TempDir(), 0o600, hexKey(2))})
@@ -675,8 +633,8 @@ func TestOpenFSIsOpenWithoutKey(t *testing.T) {
 		t.Fatal(err)
 	}
 	s.Close()
-	if _, err := OpenFS(encDir); !errors.Is(err, ErrKey) {
-		t.Fatalf("OpenFS of an encrypted store: %v", err)
+	if _, err := Open(encDir, Options{}); !errors.Is(err, ErrKey) {
+		t.Fatalf("Open of an encrypted store without its key: %v", err)
 	}
 }
 

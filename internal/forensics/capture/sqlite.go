@@ -114,7 +114,7 @@ type Options struct {
 	// unencrypted. A store keeps the mode it was first written in: Open
 	// refuses a store holding captures with another key, or none.
 	KeyFile string
-	// Log receives notes (legacy captures imported); nil discards them.
+	// Log receives notes; nil discards them.
 	Log *slog.Logger
 
 	noSync bool // tests only: no fsync, synchronous=OFF
@@ -257,10 +257,6 @@ func Open(dir string, opts Options) (*SQLite, error) {
 	if err := s.removeTemps(); err != nil {
 		s.Close()
 		return nil, fmt.Errorf("removing temporary blob files: %w", err)
-	}
-	if err := s.importLegacy(context.Background()); err != nil {
-		s.Close()
-		return nil, err
 	}
 	return s, nil
 }
