@@ -14,14 +14,15 @@ type spec struct {
 	cs  bool // keywords are case-sensitive
 	re  string
 	// anchored: every match starts at the keyword (so the regex runs
-	// anchored there); wordStart: and the byte before is no word byte.
-	anchored, wordStart bool
-	group               int
-	minEntropy          float64
-	before, after, ext  int // 0: derived from the regex
-	prio                int
-	pre                 func(win []byte, ks, ke int) bool
-	check               func(win []byte, m []int) (int, int, bool)
+	// anchored there). What comes before the keyword does not matter: a
+	// token glued to a letter, a digit, "_" or "%3D" is still a token.
+	anchored           bool
+	group              int
+	minEntropy         float64
+	before, after, ext int // 0: derived from the regex
+	prio               int
+	pre                func(win []byte, ks, ke int) bool
+	check              func(win []byte, m []int) (int, int, bool)
 }
 
 // KeyBlockCap is the most text after a private key block's BEGIN line that
@@ -52,20 +53,20 @@ func builtinSpecs() []spec {
 	b62 := `[0-9A-Za-z]`
 	return []spec{
 		// Cloud.
-		{typ: "aws_access_key_id", kw: []string{"AKIA", "ASIA", "ABIA", "ACCA"}, cs: true, anchored: true, wordStart: true,
+		{typ: "aws_access_key_id", kw: []string{"AKIA", "ASIA", "ABIA", "ACCA"}, cs: true, anchored: true,
 			re: `(?:AKIA|ASIA|ABIA|ACCA)[A-Z2-7]{16}\b`, check: notExample(0)},
 		{typ: "aws_secret_access_key", kw: []string{"secret_access_key", "secretaccesskey", "secret-access-key", "aws_secret_key", "awssecretkey", "aws-secret-key"},
 			re:    `(?i)(?:(?:aws[_-]?)?secret[_-]?access[_-]?key|aws[_-]?secret[_-]?key)` + assignSep + `["']?([A-Za-z0-9/+]{40})(?:[^A-Za-z0-9/+=]|$)`,
 			group: 1, minEntropy: 3.5, check: notExample(1)},
 		{typ: "aws_session_token", kw: []string{"session_token", "sessiontoken", "session-token"}, anchored: true,
 			re: `(?i)session[_-]?token` + assignSep + `["']?([A-Za-z0-9/+]{100,}={0,2})`, group: 1, after: longSpan, minEntropy: 4},
-		{typ: "aws_session_token", kw: []string{"IQoJb3JpZ2luX2Vj", "FwoGZXIvYXdz"}, cs: true, anchored: true, wordStart: true,
+		{typ: "aws_session_token", kw: []string{"IQoJb3JpZ2luX2Vj", "FwoGZXIvYXdz"}, cs: true, anchored: true,
 			re: `(?:IQoJb3JpZ2luX2Vj|FwoGZXIvYXdz)[A-Za-z0-9/+]{80,}={0,2}`, after: longSpan},
-		{typ: "google_api_key", kw: []string{"AIza"}, cs: true, anchored: true, wordStart: true,
+		{typ: "google_api_key", kw: []string{"AIza"}, cs: true, anchored: true,
 			re: `(AIza[0-9A-Za-z_-]{35})(?:[^0-9A-Za-z_-]|$)`, group: 1},
-		{typ: "google_oauth_client_secret", kw: []string{"GOCSPX-"}, cs: true, anchored: true, wordStart: true,
+		{typ: "google_oauth_client_secret", kw: []string{"GOCSPX-"}, cs: true, anchored: true,
 			re: `(GOCSPX-[0-9A-Za-z_-]{28})(?:[^0-9A-Za-z_-]|$)`, group: 1},
-		{typ: "google_oauth_access_token", kw: []string{"ya29."}, cs: true, anchored: true, wordStart: true,
+		{typ: "google_oauth_access_token", kw: []string{"ya29."}, cs: true, anchored: true,
 			re: `ya29\.[0-9A-Za-z_-]{30,1000}`},
 		{typ: "azure_storage_key", kw: []string{"accountkey"}, anchored: true,
 			re: `(?i)accountkey["']?[ \t]{0,4}[:=][ \t]{0,4}["']?([A-Za-z0-9+/]{86}==)`, group: 1},
@@ -76,22 +77,22 @@ func builtinSpecs() []spec {
 			re: `[A-Za-z0-9_~.]{3}\dQ~[A-Za-z0-9_~.-]{31,34}`, check: boundedBy(`A-Za-z0-9_~.-`)},
 
 		// Code hosts.
-		{typ: "github_pat", kw: []string{"ghp_"}, cs: true, anchored: true, wordStart: true, re: `ghp_` + b62 + `{36}\b`},
-		{typ: "github_oauth_token", kw: []string{"gho_"}, cs: true, anchored: true, wordStart: true, re: `gho_` + b62 + `{36}\b`},
-		{typ: "github_app_token", kw: []string{"ghu_", "ghs_"}, cs: true, anchored: true, wordStart: true, re: `gh[us]_` + b62 + `{36}\b`},
-		{typ: "github_refresh_token", kw: []string{"ghr_"}, cs: true, anchored: true, wordStart: true, re: `ghr_` + b62 + `{36,76}\b`},
-		{typ: "github_fine_grained_pat", kw: []string{"github_pat_"}, cs: true, anchored: true, wordStart: true,
+		{typ: "github_pat", kw: []string{"ghp_"}, cs: true, anchored: true, re: `ghp_` + b62 + `{36}\b`},
+		{typ: "github_oauth_token", kw: []string{"gho_"}, cs: true, anchored: true, re: `gho_` + b62 + `{36}\b`},
+		{typ: "github_app_token", kw: []string{"ghu_", "ghs_"}, cs: true, anchored: true, re: `gh[us]_` + b62 + `{36}\b`},
+		{typ: "github_refresh_token", kw: []string{"ghr_"}, cs: true, anchored: true, re: `ghr_` + b62 + `{36,76}\b`},
+		{typ: "github_fine_grained_pat", kw: []string{"github_pat_"}, cs: true, anchored: true,
 			re: `github_pat_[0-9A-Za-z_]{70,90}\b`},
-		{typ: "gitlab_pat", kw: []string{"glpat-"}, cs: true, anchored: true, wordStart: true,
+		{typ: "gitlab_pat", kw: []string{"glpat-"}, cs: true, anchored: true,
 			re: `glpat-[0-9A-Za-z_-]{20,300}(?:\.[0-9A-Za-z_-]{1,50}){0,3}`},
 		{typ: "gitlab_token", kw: []string{"gldt-", "glrt-", "glptt-", "glcbt-", "glsoat-", "glffct-", "gloas-", "glimt-", "glagent-", "glft-", "glwt-", "GR1348941"},
-			cs: true, anchored: true, wordStart: true,
+			cs: true, anchored: true,
 			re: `(?:(?:gldt|glrt|glptt|glcbt|glsoat|glffct|gloas|glimt|glagent|glft|glwt)-|GR1348941)[0-9A-Za-z_-]{20,300}`},
 
 		// Chat.
-		{typ: "slack_token", kw: []string{"xoxb-", "xoxp-", "xoxa-", "xoxo-", "xoxr-", "xoxs-", "xoxe-", "xoxe."}, cs: true, anchored: true, wordStart: true,
+		{typ: "slack_token", kw: []string{"xoxb-", "xoxp-", "xoxa-", "xoxo-", "xoxr-", "xoxs-", "xoxe-", "xoxe."}, cs: true, anchored: true,
 			re: `xox(?:[abposr]|e\.xox[bp]|e)-[0-9A-Za-z-]{10,250}`},
-		{typ: "slack_app_token", kw: []string{"xapp-"}, cs: true, anchored: true, wordStart: true, re: `xapp-\d-[0-9A-Za-z-]{10,250}`},
+		{typ: "slack_app_token", kw: []string{"xapp-"}, cs: true, anchored: true, re: `xapp-\d-[0-9A-Za-z-]{10,250}`},
 		{typ: "slack_webhook", kw: []string{"hooks.slack.com/"}, anchored: true,
 			re: `(?i)hooks\.slack\.com/(?:services|workflows|triggers)/([A-Za-z0-9+/_-]{20,200})`, group: 1},
 		{typ: "discord_webhook", kw: []string{"discord.com/api/webhooks/", "discordapp.com/api/webhooks/"}, anchored: true,
@@ -100,62 +101,62 @@ func builtinSpecs() []spec {
 			re: `(\d{8,10}:AA[0-9A-Za-z_-]{33})(?:[^0-9A-Za-z_-]|$)`, group: 1, check: notAfterDigit},
 
 		// Payments and messaging.
-		{typ: "stripe_secret_key", kw: []string{"sk_live_", "sk_test_"}, cs: true, anchored: true, wordStart: true,
+		{typ: "stripe_secret_key", kw: []string{"sk_live_", "sk_test_"}, cs: true, anchored: true,
 			re: `sk_(?:live|test)_` + b62 + `{10,247}`},
-		{typ: "stripe_restricted_key", kw: []string{"rk_live_", "rk_test_"}, cs: true, anchored: true, wordStart: true,
+		{typ: "stripe_restricted_key", kw: []string{"rk_live_", "rk_test_"}, cs: true, anchored: true,
 			re: `rk_(?:live|test)_` + b62 + `{10,247}`},
-		{typ: "stripe_webhook_secret", kw: []string{"whsec_"}, cs: true, anchored: true, wordStart: true,
+		{typ: "stripe_webhook_secret", kw: []string{"whsec_"}, cs: true, anchored: true,
 			re: `whsec_[0-9A-Za-z+/]{32,64}`},
-		{typ: "twilio_api_key", kw: []string{"SK"}, cs: true, anchored: true, wordStart: true, minEntropy: 3,
+		{typ: "twilio_api_key", kw: []string{"SK"}, cs: true, anchored: true, minEntropy: 3,
 			re: `SK[0-9a-fA-F]{32}\b`},
-		{typ: "sendgrid_api_key", kw: []string{"SG."}, cs: true, anchored: true, wordStart: true,
+		{typ: "sendgrid_api_key", kw: []string{"SG."}, cs: true, anchored: true,
 			re: `SG\.[0-9A-Za-z_-]{22}\.[0-9A-Za-z_-]{43}\b`},
 
 		// AI providers.
 		{typ: "openai_api_key", kw: []string{"T3BlbkFJ"}, cs: true, before: 3 + 11 + 200, after: 200,
 			re: `\bsk-(?:[a-z]{1,10}-)?[A-Za-z0-9_-]{20,200}T3BlbkFJ[A-Za-z0-9_-]{20,200}`},
-		{typ: "openai_api_key", kw: []string{"sk-proj-", "sk-svcacct-", "sk-admin-"}, cs: true, anchored: true, wordStart: true,
+		{typ: "openai_api_key", kw: []string{"sk-proj-", "sk-svcacct-", "sk-admin-"}, cs: true, anchored: true,
 			re: `sk-(?:proj|svcacct|admin)-[A-Za-z0-9_-]{40,250}`},
-		{typ: "anthropic_api_key", kw: []string{"sk-ant-"}, cs: true, anchored: true, wordStart: true,
+		{typ: "anthropic_api_key", kw: []string{"sk-ant-"}, cs: true, anchored: true,
 			re: `sk-ant-[a-z]{2,10}\d{2}-[A-Za-z0-9_-]{32,200}`},
-		{typ: "huggingface_token", kw: []string{"hf_", "api_org_"}, cs: true, anchored: true, wordStart: true,
+		{typ: "huggingface_token", kw: []string{"hf_", "api_org_"}, cs: true, anchored: true,
 			re: `(?:hf|api_org)_[A-Za-z]{34}\b`},
-		{typ: "groq_api_key", kw: []string{"gsk_"}, cs: true, anchored: true, wordStart: true, re: `gsk_` + b62 + `{52}\b`},
-		{typ: "xai_api_key", kw: []string{"xai-"}, cs: true, anchored: true, wordStart: true, re: `xai-` + b62 + `{70,90}\b`},
-		{typ: "replicate_api_token", kw: []string{"r8_"}, cs: true, anchored: true, wordStart: true, re: `r8_` + b62 + `{37}\b`},
-		{typ: "perplexity_api_key", kw: []string{"pplx-"}, cs: true, anchored: true, wordStart: true, re: `pplx-` + b62 + `{48}\b`},
+		{typ: "groq_api_key", kw: []string{"gsk_"}, cs: true, anchored: true, re: `gsk_` + b62 + `{52}\b`},
+		{typ: "xai_api_key", kw: []string{"xai-"}, cs: true, anchored: true, re: `xai-` + b62 + `{70,90}\b`},
+		{typ: "replicate_api_token", kw: []string{"r8_"}, cs: true, anchored: true, re: `r8_` + b62 + `{37}\b`},
+		{typ: "perplexity_api_key", kw: []string{"pplx-"}, cs: true, anchored: true, re: `pplx-` + b62 + `{48}\b`},
 
 		// Package registries and developer platforms.
-		{typ: "npm_token", kw: []string{"npm_"}, cs: true, anchored: true, wordStart: true, re: `npm_` + b62 + `{36}\b`},
-		{typ: "pypi_token", kw: []string{"pypi-AgEIcHlwaS5vcmc"}, cs: true, anchored: true, wordStart: true,
+		{typ: "npm_token", kw: []string{"npm_"}, cs: true, anchored: true, re: `npm_` + b62 + `{36}\b`},
+		{typ: "pypi_token", kw: []string{"pypi-AgEIcHlwaS5vcmc"}, cs: true, anchored: true,
 			re: `pypi-AgEIcHlwaS5vcmc[0-9A-Za-z_-]{50,1000}`},
-		{typ: "digitalocean_token", kw: []string{"dop_v1_", "doo_v1_", "dor_v1_"}, cs: true, anchored: true, wordStart: true,
+		{typ: "digitalocean_token", kw: []string{"dop_v1_", "doo_v1_", "dor_v1_"}, cs: true, anchored: true,
 			re: `do[opr]_v1_[a-f0-9]{64}\b`},
-		{typ: "vault_token", kw: []string{"hvs.", "hvb.", "hvr."}, cs: true, anchored: true, wordStart: true,
+		{typ: "vault_token", kw: []string{"hvs.", "hvb.", "hvr."}, cs: true, anchored: true,
 			re: `hv[sbr]\.[0-9A-Za-z_-]{24,300}`},
-		{typ: "age_secret_key", kw: []string{"AGE-SECRET-KEY-"}, cs: true, anchored: true, wordStart: true,
+		{typ: "age_secret_key", kw: []string{"AGE-SECRET-KEY-"}, cs: true, anchored: true,
 			re: `AGE-SECRET-KEY-(?:PQ-)?1[QPZRY9X8GF2TVDW0S3JN54KHCE6MUA7L]{58,1000}`},
-		{typ: "shopify_token", kw: []string{"shpat_", "shpca_", "shppa_", "shpss_"}, cs: true, anchored: true, wordStart: true,
+		{typ: "shopify_token", kw: []string{"shpat_", "shpca_", "shppa_", "shpss_"}, cs: true, anchored: true,
 			re: `shp(?:at|ca|pa|ss)_[a-fA-F0-9]{32}\b`},
-		{typ: "databricks_token", kw: []string{"dapi"}, cs: true, anchored: true, wordStart: true, minEntropy: 3,
+		{typ: "databricks_token", kw: []string{"dapi"}, cs: true, anchored: true, minEntropy: 3,
 			re: `dapi[a-f0-9]{32}(?:-\d)?\b`},
-		{typ: "postman_api_key", kw: []string{"PMAK-"}, cs: true, anchored: true, wordStart: true,
+		{typ: "postman_api_key", kw: []string{"PMAK-"}, cs: true, anchored: true,
 			re: `PMAK-[a-f0-9]{24}-[a-f0-9]{34}\b`},
-		{typ: "linear_api_key", kw: []string{"lin_api_"}, cs: true, anchored: true, wordStart: true, re: `lin_api_` + b62 + `{40}\b`},
-		{typ: "grafana_token", kw: []string{"glsa_", "glc_"}, cs: true, anchored: true, wordStart: true,
+		{typ: "linear_api_key", kw: []string{"lin_api_"}, cs: true, anchored: true, re: `lin_api_` + b62 + `{40}\b`},
+		{typ: "grafana_token", kw: []string{"glsa_", "glc_"}, cs: true, anchored: true,
 			re: `glsa_` + b62 + `{32}_[A-Fa-f0-9]{8}\b|glc_[A-Za-z0-9+/]{32,400}={0,2}`},
-		{typ: "newrelic_api_key", kw: []string{"NRAK-"}, cs: true, anchored: true, wordStart: true, re: `NRAK-[A-Z0-9]{27}\b`},
-		{typ: "doppler_token", kw: []string{"dp.pt.", "dp.st.", "dp.sa.", "dp.ct.", "dp.scim.", "dp.audit."}, cs: true, anchored: true, wordStart: true,
+		{typ: "newrelic_api_key", kw: []string{"NRAK-"}, cs: true, anchored: true, re: `NRAK-[A-Z0-9]{27}\b`},
+		{typ: "doppler_token", kw: []string{"dp.pt.", "dp.st.", "dp.sa.", "dp.ct.", "dp.scim.", "dp.audit."}, cs: true, anchored: true,
 			re: `dp\.(?:pt|st|sa|ct|scim|audit)\.` + b62 + `{40,44}\b`},
-		{typ: "sentry_token", kw: []string{"sntrys_", "sntryu_"}, cs: true, anchored: true, wordStart: true,
+		{typ: "sentry_token", kw: []string{"sntrys_", "sntryu_"}, cs: true, anchored: true,
 			re: `sntry[su]_[A-Za-z0-9+/=_-]{40,1000}`},
-		{typ: "pulumi_access_token", kw: []string{"pul-"}, cs: true, anchored: true, wordStart: true, re: `pul-[a-f0-9]{40}\b`},
-		{typ: "heroku_api_key", kw: []string{"HRKU-"}, cs: true, anchored: true, wordStart: true, re: `HRKU-[0-9A-Za-z_-]{20,100}`},
+		{typ: "pulumi_access_token", kw: []string{"pul-"}, cs: true, anchored: true, re: `pul-[a-f0-9]{40}\b`},
+		{typ: "heroku_api_key", kw: []string{"HRKU-"}, cs: true, anchored: true, re: `HRKU-[0-9A-Za-z_-]{20,100}`},
 		{typ: "terraform_cloud_token", kw: []string{".atlasv1."}, cs: true,
 			re: `\b[A-Za-z0-9]{14}\.atlasv1\.[A-Za-z0-9_=-]{60,70}`},
 
 		// Tokens of any issuer.
-		{typ: "jwt", kw: []string{"eyJ"}, cs: true, anchored: true, wordStart: true, prio: prioJWT, after: longSpan,
+		{typ: "jwt", kw: []string{"eyJ"}, cs: true, anchored: true, prio: prioJWT, after: longSpan,
 			re: `eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]*`},
 
 		// Private keys.
@@ -183,11 +184,11 @@ func builtinSpecs() []spec {
 				`(?:basic|bearer|token|apikey|api-key|key|sso-key|jwt|otp|gitlab-ci-token|oauth)[ \t]{1,4}([^\s"'\x60,;]+)` +
 				`|([^\s"'\x60][^\r\n"'\x60]{5,1000}))`,
 			check: authHeader},
-		{typ: "bearer_token", kw: []string{"bearer"}, anchored: true, wordStart: true, prio: prioHeader, after: longSpan,
+		{typ: "bearer_token", kw: []string{"bearer"}, anchored: true, prio: prioHeader, after: longSpan,
 			re: `(?i)bearer[ \t]{1,4}([A-Za-z0-9._~+/-]{16,}={0,2})`, group: 1, check: credential(1)},
-		{typ: "bearer_token", kw: []string{"Token"}, cs: true, anchored: true, wordStart: true, prio: prioHeader, after: longSpan,
+		{typ: "bearer_token", kw: []string{"Token"}, cs: true, anchored: true, prio: prioHeader, after: longSpan,
 			re: `Token[ \t]{1,4}([A-Za-z0-9._~+/-]{20,}={0,2})`, group: 1, check: credential(1)},
-		{typ: "basic_auth", kw: []string{"basic"}, anchored: true, wordStart: true, prio: prioHeader,
+		{typ: "basic_auth", kw: []string{"basic"}, anchored: true, prio: prioHeader,
 			re: `(?i)basic[ \t]{1,4}([A-Za-z0-9+/]{6,1000}={0,2})(?:[^A-Za-z0-9+/=]|$)`, group: 1, check: basicCredential},
 
 		// ~/.docker/config.json: "auth": "base64(user:password)".
@@ -331,9 +332,6 @@ func isB64(b byte) bool {
 // base64Key keeps base64 text that starts a new token and decodes to a
 // private key's BEGIN line.
 func base64Key(win []byte, m []int) (int, int, bool) {
-	if m[0] > 0 && isB64(win[m[0]-1]) {
-		return 0, 0, false
-	}
 	head := win[m[0]:min(m[1], m[0]+64)]
 	dec := make([]byte, base64.StdEncoding.DecodedLen(len(head)))
 	n, _ := base64.StdEncoding.Decode(dec, head[:len(head)/4*4])

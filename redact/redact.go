@@ -275,9 +275,6 @@ func (r *Redactor) evalHit(text []byte, base, hi int64, h hit, out []cand) []can
 		}
 		rend := min(ke+ru.after+1, len(win))
 		if ru.anchored {
-			if ru.wordStart && ks > 0 && isWord(win[ks-1]) {
-				continue
-			}
 			m := ru.are.FindSubmatchIndex(win[ks:rend])
 			if m == nil {
 				continue
@@ -323,18 +320,10 @@ func (r *Redactor) accept(win []byte, ws int64, m []int, ru *rule, out []cand) [
 	return append(out, cand{start: ws + int64(s), end: ws + int64(e), prio: ru.prio, rule: ru.idx})
 }
 
-func isWord(b byte) bool {
-	return 'a' <= b && b <= 'z' || 'A' <= b && b <= 'Z' || '0' <= b && b <= '9' || b == '_'
-}
-
 // compile turns a built-in spec into a rule.
 func (s spec) compile() (*rule, error) {
 	expr := s.re
-	full := expr
-	if s.wordStart {
-		full = `\b(?:` + expr + `)`
-	}
-	re, err := regexp.Compile(full)
+	re, err := regexp.Compile(expr)
 	if err != nil {
 		return nil, err
 	}
@@ -346,7 +335,7 @@ func (s spec) compile() (*rule, error) {
 	r := &rule{
 		typ: s.typ, keywords: s.kw, cs: s.cs, re: re, group: s.group,
 		minEntropy: s.minEntropy, prio: s.prio, pre: s.pre, check: s.check,
-		anchored: s.anchored, wordStart: s.wordStart, ext: s.ext,
+		anchored: s.anchored, ext: s.ext,
 	}
 	if r.prio == 0 {
 		r.prio = prioProvider

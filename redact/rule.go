@@ -141,12 +141,10 @@ type rule struct {
 	cs       bool // keywords match case-sensitively
 	re       *regexp.Regexp
 	// anchored rules: every match starts with the keyword, so only the
-	// anchored form are runs, at the keyword; wordStart: the byte before
-	// the keyword must not be a word byte.
-	anchored  bool
-	are       *regexp.Regexp
-	wordStart bool
-	group     int
+	// anchored form are runs, at the keyword.
+	anchored bool
+	are      *regexp.Regexp
+	group    int
 	// minEntropy applies to the redacted range.
 	minEntropy float64
 	// before: how far before the keyword's start a match may begin; after:
