@@ -36,8 +36,9 @@ import (
 	"time"
 
 	"github.com/docker/docker/api/types/container"
-	"github.com/docker/docker/api/types/filters"
 	"github.com/docker/docker/client"
+
+	"github.com/sandboxd/sandboxd/internal/e2e"
 )
 
 // dockerdBin is the engine binary the machine runs; the private engine is
@@ -320,14 +321,9 @@ func names(pid int, dir string) bool {
 
 // processesNaming lists the live processes whose command line names dir.
 func processesNaming(dir string) []int {
-	ents, _ := os.ReadDir("/proc")
 	var pids []int
-	for _, d := range ents {
-		pid, err := strconv.Atoi(d.Name())
-		if err != nil || pid == os.Getpid() {
-			continue
-		}
-		if names(pid, dir) && alive(pid) {
+	for _, pid := range e2e.HostPids() {
+		if pid != os.Getpid() && names(pid, dir) && alive(pid) {
 			pids = append(pids, pid)
 		}
 	}
@@ -337,12 +333,12 @@ func processesNaming(dir string) []int {
 // managed lists the private engine's containers labelled
 // sandboxd.managed=true.
 func (e *privateEngine) managed(ctx context.Context) ([]container.Summary, error) {
-	return e.cli.ContainerList(ctx, container.ListOptions{All: true, Filters: filters.NewArgs(filters.Arg("label", "sandboxd.managed=true"))})
+	return e2e.ListContainers(ctx, e.cli, e2e.Managed)
 }
 
 func (e *privateEngine) logTail(n int) string {
 	b, _ := os.ReadFile(e.log)
-	return lastLines(string(b), n)
+	return e2e.LastLines(string(b), n)
 }
 
 // destroy removes every trace of the engine, on success and failure:
@@ -733,12 +729,4 @@ func copyImage(from, to *client.Client, ref string) error {
 		return fmt.Errorf("%s was rebuilt while it was copied (%s in the machine's engine, %s loaded)", ref, want.ID, got.ID)
 	}
 	return nil
-}
-
-func lastLines(s string, n int) string {
-	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
-	if len(lines) > n {
-		lines = lines[len(lines)-n:]
-	}
-	return strings.Join(lines, "\n")
 }

@@ -12,7 +12,8 @@ import (
 	"time"
 
 	"github.com/docker/docker/api/types/network"
-	"github.com/docker/docker/client"
+
+	"github.com/sandboxd/sandboxd/internal/e2e"
 )
 
 // machineDaemonJSON is the machine's engine's configuration, which the
@@ -30,6 +31,10 @@ func TestMain(m *testing.M) {
 		os.Exit(1)
 	}
 	code := m.Run()
+	if err := e2e.RemoveBinaries(); err != nil {
+		fmt.Fprintf(os.Stderr, "tests/engine: %v\n", err)
+		code = 1
+	}
 	after, err := hostState()
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "tests/engine: recording the machine's state after the suite: %v\n", err)
@@ -68,16 +73,16 @@ func hostState() (machineState, error) {
 	}
 	sort.Strings(s.links)
 
-	cli, err := client.NewClientWithOpts(client.FromEnv, client.WithAPIVersionNegotiation())
+	cli, err := e2e.Docker()
 	if err != nil {
-		return s, fmt.Errorf("docker client for the machine's engine: %w", err)
+		return s, fmt.Errorf("the machine's engine: %w", err)
 	}
 	defer cli.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	nets, err := cli.NetworkList(ctx, network.ListOptions{})
 	if err != nil {
-		return s, fmt.Errorf("listing the machine's engine's networks (is it running?): %w", err)
+		return s, fmt.Errorf("listing the machine's engine's networks: %w", err)
 	}
 	for _, n := range nets {
 		if n.Labels["sandboxd.managed"] != "true" {
