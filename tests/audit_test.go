@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sandboxd/sandboxd/internal/e2e"
 	"github.com/sandboxd/sandboxd/internal/forensics/audit"
 )
 
@@ -94,7 +95,7 @@ func TestAuditSurvivesSIGKILLUnderLoad(t *testing.T) {
 	// A restart removes what the killed process left and appends on top of
 	// the chain.
 	s.start()
-	r := s.exec(py("print(2)"))
+	r := s.exec(e2e.Py("print(2)"))
 	if r.code != http.StatusOK {
 		t.Fatalf("exec after restart: %s", r)
 	}

@@ -25,22 +25,21 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
 	"net"
 	"net/http"
 	"os"
-	osexec "os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/docker/docker/api/types/container"
 	"github.com/docker/docker/api/types/filters"
 
+	"github.com/sandboxd/sandboxd/internal/e2e"
+	"github.com/sandboxd/sandboxd/internal/logbuf"
 	"github.com/sandboxd/sandboxd/runner"
 )
 
@@ -55,23 +54,17 @@ type ctlServer struct {
 	agent   string // tenant acme
 	admin   string // tenant ops
 	url     string
-	cmd     *sbxProc
-	log     *logBuffer
-}
-
-// sbxProc is one sandboxd process.
-type sbxProc struct {
-	proc   *os.Process
-	exited chan error
+	srv     *e2e.Server    // nil while it is not running
+	log     *logbuf.Buffer // its output, over restarts
 }
 
 func newCtlServer(t *testing.T, tenants string, extra ...string) *ctlServer {
 	t.Helper()
 	s := &ctlServer{t: t, dataDir: t.TempDir(), keysDir: t.TempDir(), tenants: tenants, extra: extra,
-		agent: newKey(), admin: newKey(), log: &logBuffer{}}
-	keys := fmt.Sprintf("keys:\n  - id: agent-c\n    tenant: acme\n    key_sha256: %s\n    roles: [agent]\n  - id: admin-c\n    tenant: ops\n    key_sha256: %s\n    roles: [admin]\n",
-		sha256Hex(s.agent), sha256Hex(s.admin))
-	s.launch(keys)
+		agent: newKey(), admin: newKey(), log: &logbuf.Buffer{}}
+	s.launch(e2e.KeysYAML(
+		e2e.Key{ID: "agent-c", Tenant: "acme", Roles: []string{"agent"}, Secret: s.agent},
+		e2e.Key{ID: "admin-c", Tenant: "ops", Roles: []string{"admin"}, Secret: s.admin}))
 	return s
 }
 
@@ -97,90 +90,55 @@ func (s *ctlServer) launch(keysYAML string) {
 	})
 }
 
+// start starts sandboxd (on a new port) and waits until /readyz answers
+// 200.
 func (s *ctlServer) start() {
 	t := s.t
 	t.Helper()
-	port, err := freePort()
-	if err != nil {
-		t.Fatal(err)
-	}
-	s.url = fmt.Sprintf("http://127.0.0.1:%d", port)
-	args := []string{"serve", "--addr", fmt.Sprintf("127.0.0.1:%d", port), "--data-dir", s.dataDir,
-		"--profiles-dir", filepath.Join(moduleRoot, "profiles"), "--keys-file", filepath.Join(s.keysDir, "keys.yaml")}
+	var flags []string
 	if s.tenants != "" {
-		args = append(args, "--tenants-file", filepath.Join(s.keysDir, "tenants.yaml"))
+		flags = append(flags, "--tenants-file", filepath.Join(s.keysDir, "tenants.yaml"))
 	}
-	args = append(args, s.extra...)
-	cmd := osexec.Command(sandboxdBin, args...)
-	cmd.Stdout, cmd.Stderr = s.log, s.log
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
+	began := time.Now()
+	srv, err := e2e.Start(e2e.ServerConfig{Bin: sandboxdBin, DataDir: s.dataDir, ProfilesDir: filepath.Join(moduleRoot, "profiles"),
+		KeysFile: filepath.Join(s.keysDir, "keys.yaml"), Flags: append(flags, s.extra...), Log: s.log})
+	if err != nil {
+		t.Fatalf("sandboxd did not start: %v\n%s", err, s.log.Tail(20))
 	}
-	p := &sbxProc{proc: cmd.Process, exited: make(chan error, 1)}
-	go func() { p.exited <- cmd.Wait() }()
-	s.cmd = p
-	deadline := time.Now().Add(serverStartTimeout)
-	for {
-		resp, err := http.Get(s.url + "/readyz")
-		if err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == 200 {
-				return
-			}
-		}
-		select {
-		case err := <-p.exited:
-			p.exited <- err
-			t.Fatalf("sandboxd exited at start-up: %v\n%s", err, s.log.Tail(20))
-		default:
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("sandboxd did not become ready:\n%s", s.log.Tail(20))
-		}
-		time.Sleep(50 * time.Millisecond)
+	s.srv, s.url = srv, srv.URL
+	if _, _, err := srv.WaitReady(e2e.DefaultStartTimeout - time.Since(began)); err != nil {
+		t.Fatalf("sandboxd did not become ready: %v\n%s", err, s.log.Tail(20))
 	}
 }
 
 // kill sends SIGKILL and waits for the process to be gone.
 func (s *ctlServer) kill() {
-	if s.cmd == nil {
+	if s.srv == nil {
 		return
 	}
-	_ = s.cmd.proc.Kill()
-	<-s.cmd.exited
-	s.cmd = nil
+	s.srv.Kill()
+	s.srv = nil
 }
 
 // shutdown stops the server at the end of a test: SIGTERM, so that it
 // removes its warm pool, then SIGKILL if it does not exit; it never fails
 // the test by itself.
 func (s *ctlServer) shutdown() {
-	if s.cmd == nil {
+	if s.srv == nil {
 		return
 	}
-	_ = s.cmd.proc.Signal(syscall.SIGTERM)
-	select {
-	case <-s.cmd.exited:
-	case <-time.After(shutdownTimeout):
-		_ = s.cmd.proc.Kill()
-		<-s.cmd.exited
-	}
-	s.cmd = nil
+	_ = s.srv.Stop(e2e.ShutdownTimeout)
+	s.srv = nil
 }
 
-// stop sends SIGTERM and waits for a clean exit.
+// stop sends SIGTERM and requires a clean exit.
 func (s *ctlServer) stop() {
 	s.t.Helper()
-	_ = s.cmd.proc.Signal(syscall.SIGTERM)
-	select {
-	case err := <-s.cmd.exited:
-		if err != nil {
-			s.t.Fatalf("sandboxd exited with %v after SIGTERM\n%s", err, s.log.Tail(20))
-		}
-	case <-time.After(shutdownTimeout):
-		s.t.Fatalf("sandboxd did not exit after SIGTERM\n%s", s.log.Tail(20))
+	err := s.srv.Stop(e2e.ShutdownTimeout)
+	s.srv = nil
+	if err != nil {
+		s.t.Fatalf("%v\n%s", err, s.log.Tail(20))
 	}
-	s.cmd = nil
 }
 
 type ctlReply struct {
@@ -190,7 +148,7 @@ type ctlReply struct {
 	body   map[string]any
 }
 
-func (r *ctlReply) String() string { return fmt.Sprintf("%d %s", r.code, clip(r.raw, 1500)) }
+func (r *ctlReply) String() string { return fmt.Sprintf("%d %s", r.code, e2e.Clip(r.raw, 1500)) }
 
 func (r *ctlReply) errCode() string {
 	if e, ok := r.body["error"].(map[string]any); ok {
@@ -209,34 +167,27 @@ func (r *ctlReply) errField(name string) any {
 
 func (r *ctlReply) str(name string) string { s, _ := r.body[name].(string); return s }
 
-// do sends one request; headers are name, value pairs.
+// do sends one request with key ("" for none); body is marshalled unless
+// it is []byte; headers are name, value pairs.
 func (s *ctlServer) do(method, path, key string, body any, headers ...string) *ctlReply {
 	s.t.Helper()
-	var rd io.Reader
+	var raw []byte
 	if body != nil {
 		b, ok := body.([]byte)
 		if !ok {
 			b, _ = json.Marshal(body)
 		}
-		rd = bytes.NewReader(b)
+		raw = b
 	}
-	req, err := http.NewRequest(method, s.url+path, rd)
-	if err != nil {
-		s.t.Fatal(err)
-	}
-	if key != "" {
-		req.Header.Set("Authorization", "Bearer "+key)
-	}
+	h := map[string]string{}
 	for i := 0; i+1 < len(headers); i += 2 {
-		req.Header.Set(headers[i], headers[i+1])
+		h[headers[i]] = headers[i+1]
 	}
-	resp, err := httpClient.Do(req)
+	res, err := e2e.Client{URL: s.url, Key: key}.Do(context.Background(), e2e.Request{Method: method, Path: path, Body: raw, Header: h})
 	if err != nil {
 		s.t.Fatalf("%s %s: %v", method, path, err)
 	}
-	defer resp.Body.Close()
-	r := &ctlReply{code: resp.StatusCode, header: resp.Header}
-	r.raw, _ = io.ReadAll(resp.Body)
+	r := &ctlReply{code: res.Status, header: res.Header, raw: res.Body}
 	_ = json.Unmarshal(r.raw, &r.body)
 	return r
 }
@@ -255,50 +206,31 @@ func markerCode(marker string, sleep float64) string {
 	return fmt.Sprintf("open('/proc/self/comm', 'w').write(%q)\nimport time\ntime.sleep(%g)\nprint('done')\n", marker, sleep)
 }
 
-func newMarker() string { return "sbx" + randHex(6) } // 15 characters: the most comm holds
+func newMarker() string { return "sbx" + e2e.RandHex(6) } // 15 characters: the most comm holds
 
 // procScan records the host processes that carried a marker.
 type procScan struct {
 	marker string
 	mu     sync.Mutex
 	pids   map[string]time.Time // pid/starttime -> first seen
-	done   chan struct{}
-	wg     sync.WaitGroup
+	stop   func()               // ends the scan; idempotent
 }
 
 func scanFor(t *testing.T, marker string) *procScan {
-	p := &procScan{marker: marker, pids: map[string]time.Time{}, done: make(chan struct{})}
-	p.wg.Add(1)
-	go func() {
-		defer p.wg.Done()
-		for {
-			p.scan()
-			select {
-			case <-p.done:
-				return
-			case <-time.After(10 * time.Millisecond):
-			}
-		}
-	}()
+	p := &procScan{marker: marker, pids: map[string]time.Time{}}
+	p.stop = e2e.Repeat(10*time.Millisecond, p.scan)
 	t.Cleanup(p.stop)
 	return p
 }
 
 func (p *procScan) scan() {
-	ents, err := os.ReadDir("/proc")
-	if err != nil {
-		return
-	}
-	for _, e := range ents {
-		if _, err := strconv.Atoi(e.Name()); err != nil {
-			continue
-		}
-		b, err := os.ReadFile("/proc/" + e.Name() + "/comm")
+	for _, pid := range e2e.HostPids() {
+		id := strconv.Itoa(pid)
+		b, err := os.ReadFile("/proc/" + id + "/comm")
 		if err != nil || strings.TrimSpace(string(b)) != p.marker {
 			continue
 		}
-		id := e.Name()
-		if st, err := os.ReadFile("/proc/" + e.Name() + "/stat"); err == nil {
+		if st, err := os.ReadFile("/proc/" + id + "/stat"); err == nil {
 			// Field 22, starttime, after the ")" that ends the name.
 			if i := bytes.LastIndexByte(st, ')'); i >= 0 {
 				if f := strings.Fields(string(st[i+1:])); len(f) > 19 {
@@ -311,15 +243,6 @@ func (p *procScan) scan() {
 			p.pids[id] = time.Now()
 		}
 		p.mu.Unlock()
-	}
-}
-
-func (p *procScan) stop() {
-	select {
-	case <-p.done:
-	default:
-		close(p.done)
-		p.wg.Wait()
 	}
 }
 
@@ -380,7 +303,7 @@ func TestIdempotencyClientDropsConnection(t *testing.T) {
 	s := newCtlServer(t, "")
 	marker := newMarker()
 	scan := scanFor(t, marker)
-	body, _ := json.Marshal(py(markerCode(marker, 3)))
+	body, _ := json.Marshal(e2e.Py(markerCode(marker, 3)))
 	conn := sendAndDrop(t, s, s.agent, "drop-1", body)
 	scan.waitSeen(t, 30*time.Second)
 	conn.Close() // the client goes away mid-run
@@ -409,7 +332,7 @@ func TestIdempotencySIGKILLMidRun(t *testing.T) {
 	s := newCtlServer(t, "")
 	marker := newMarker()
 	scan := scanFor(t, marker)
-	body, _ := json.Marshal(py(markerCode(marker, 30)))
+	body, _ := json.Marshal(e2e.Py(markerCode(marker, 30)))
 	conn := sendAndDrop(t, s, s.agent, "kill-1", body)
 	defer conn.Close()
 	// And an async exec, in flight at the same time.
@@ -439,7 +362,7 @@ func TestIdempotencySIGKILLMidRun(t *testing.T) {
 		}
 	}
 	// The same key with another body is still a mismatch.
-	other, _ := json.Marshal(py("print(2)"))
+	other, _ := json.Marshal(e2e.Py("print(2)"))
 	if r := s.exec(json.RawMessage(other), "Idempotency-Key", "kill-1"); r.code != 422 || r.errCode() != "IDEMPOTENCY_MISMATCH" {
 		t.Fatalf("other body: %s", r)
 	}
@@ -455,7 +378,7 @@ func TestIdempotencySIGKILLMidRun(t *testing.T) {
 		t.Fatalf("%d processes named %s still run after the restart", alive, marker)
 	}
 	// A new key runs normally.
-	if r := s.exec(py("print(3)"), "Idempotency-Key", "kill-2"); r.code != 200 || r.str("stdout") != "3\n" {
+	if r := s.exec(e2e.Py("print(3)"), "Idempotency-Key", "kill-2"); r.code != 200 || r.str("stdout") != "3\n" {
 		t.Fatalf("new key: %s", r)
 	}
 }
@@ -486,7 +409,7 @@ func TestIdempotencyConcurrentRetries(t *testing.T) {
 	s := newCtlServer(t, "")
 	marker := newMarker()
 	scan := scanFor(t, marker)
-	req := py(markerCode(marker, 2))
+	req := e2e.Py(markerCode(marker, 2))
 	var wg sync.WaitGroup
 	replies := make([]*ctlReply, 10)
 	for i := range replies {
@@ -576,7 +499,7 @@ func TestAsyncCancelDuringRun(t *testing.T) {
 
 func waitExecGoneIn(t *testing.T, instance, id string) {
 	t.Helper()
-	deadline := time.Now().Add(removalTimeout)
+	deadline := time.Now().Add(e2e.RemovalTimeout)
 	for {
 		list, err := dockerCli.ContainerList(context.Background(), container.ListOptions{All: true, Filters: filters.NewArgs(
 			filters.Arg("label", "sandboxd.instance="+instance), filters.Arg("label", "sandboxd.exec-id="+id))})
@@ -584,7 +507,7 @@ func waitExecGoneIn(t *testing.T, instance, id string) {
 			return
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("the container of exec %s still exists %v later", id, removalTimeout)
+			t.Fatalf("the container of exec %s still exists %v later", id, e2e.RemovalTimeout)
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
@@ -599,7 +522,7 @@ func TestFreezeDuringLoad(t *testing.T) {
 	scan := scanFor(t, marker)
 	replies := make(chan *ctlReply, 5)
 	for i := 0; i < 4; i++ {
-		go func() { replies <- s.exec(py(markerCode(marker, 60))) }()
+		go func() { replies <- s.exec(e2e.Py(markerCode(marker, 60))) }()
 	}
 	a := s.exec(map[string]any{"language": "python", "code": markerCode(marker, 60), "async": true})
 	scan.waitSeen(t, 30*time.Second)
@@ -631,20 +554,20 @@ func TestFreezeDuringLoad(t *testing.T) {
 	if n := scan.alive(); n != 0 {
 		t.Errorf("%d killed processes still run", n)
 	}
-	for _, req := range []any{py("print(1)"), map[string]any{"language": "python", "code": "print(1)", "async": true}} {
+	for _, req := range []any{e2e.Py("print(1)"), map[string]any{"language": "python", "code": "print(1)", "async": true}} {
 		if r := s.exec(req); r.code != 503 || r.errCode() != "FROZEN" || !strings.Contains(string(r.raw), "e2e drill") {
 			t.Fatalf("exec while frozen: %s", r)
 		}
 	}
 	s.stop()
 	s.start()
-	if r := s.exec(py("print(1)")); r.code != 503 || r.errCode() != "FROZEN" {
+	if r := s.exec(e2e.Py("print(1)")); r.code != 503 || r.errCode() != "FROZEN" {
 		t.Fatalf("after restart: %s", r)
 	}
 	if r := s.do(http.MethodPost, "/admin/unfreeze", s.admin, nil); r.code != 200 || r.body["frozen"] != false {
 		t.Fatalf("unfreeze: %s", r)
 	}
-	if r := s.exec(py("print(1)")); r.code != 200 || r.str("stdout") != "1\n" {
+	if r := s.exec(e2e.Py("print(1)")); r.code != 200 || r.str("stdout") != "1\n" {
 		t.Fatalf("after unfreeze: %s", r)
 	}
 }
@@ -659,7 +582,7 @@ func TestRateLimitBurst(t *testing.T) {
 		wg.Add(1)
 		go func(i int) {
 			defer wg.Done()
-			replies[i] = s.exec(py("print(1)"))
+			replies[i] = s.exec(e2e.Py("print(1)"))
 		}(i)
 	}
 	wg.Wait()
@@ -692,7 +615,7 @@ func TestSessionCPUBudget(t *testing.T) {
 	t.Parallel()
 	s := newCtlServer(t, "defaults:\n  session: {cpu_seconds: 1.5}\n")
 	h := []string{"X-Session-Id", "budget-1"}
-	r := s.exec(py("while True:\n    pass\n"), h...)
+	r := s.exec(e2e.Py("while True:\n    pass\n"), h...)
 	if r.code != 200 || r.str("status") != "timeout" || !strings.Contains(r.str("message"), "session.cpu_seconds") {
 		t.Fatalf("spinning run: %s", r)
 	}
@@ -716,7 +639,7 @@ func TestSessionCPUBudget(t *testing.T) {
 	runs := 1
 	deadline := time.Now().Add(2 * time.Minute)
 	for {
-		r = s.exec(py(fmt.Sprintf("while True:\n    pass\n# run %d\n", runs+1)), h...)
+		r = s.exec(e2e.Py(fmt.Sprintf("while True:\n    pass\n# run %d\n", runs+1)), h...)
 		if r.code != 200 {
 			break
 		}
@@ -742,7 +665,7 @@ func TestSessionCPUBudget(t *testing.T) {
 		t.Fatalf("usage after %d runs using %.0f ms: %s", runs, used, u)
 	}
 	// Another session of the tenant is unaffected.
-	if r := s.exec(py("print(1)"), "X-Session-Id", "budget-2"); r.code != 200 {
+	if r := s.exec(e2e.Py("print(1)"), "X-Session-Id", "budget-2"); r.code != 200 {
 		t.Fatalf("another session: %s", r)
 	}
 }
@@ -753,7 +676,7 @@ func TestLoopGuard(t *testing.T) {
 	t.Parallel()
 	s := newCtlServer(t, "")
 	h := []string{"X-Session-Id", "loop-e2e"}
-	req := py("import sys\nprint('no such file', file=sys.stderr)\nsys.exit(1)")
+	req := e2e.Py("import sys\nprint('no such file', file=sys.stderr)\nsys.exit(1)")
 	for i := 0; i < 2; i++ {
 		if r := s.exec(req, h...); r.code != 200 || r.str("status") != "error" {
 			t.Fatalf("call %d: %s", i+1, r)
@@ -763,7 +686,7 @@ func TestLoopGuard(t *testing.T) {
 	if r.code != 409 || r.errCode() != "LOOP_DETECTED" {
 		t.Fatalf("third identical call: %s", r)
 	}
-	if r := s.exec(py("print('a new approach')"), h...); r.code != 200 {
+	if r := s.exec(e2e.Py("print('a new approach')"), h...); r.code != 200 {
 		t.Fatalf("a changed call: %s", r)
 	}
 }
@@ -773,9 +696,9 @@ func TestLoopGuard(t *testing.T) {
 func TestMetricsAndTraceparent(t *testing.T) {
 	t.Parallel()
 	s := newCtlServer(t, "")
-	trace := randHex(16)
-	s.exec(py("print(1)"), "traceparent", "00-"+trace+"-00f067aa0ba902b7-01", "Idempotency-Key", "m-1")
-	s.exec(py("print(1)"), "Idempotency-Key", "m-1")
+	trace := e2e.RandHex(16)
+	s.exec(e2e.Py("print(1)"), "traceparent", "00-"+trace+"-00f067aa0ba902b7-01", "Idempotency-Key", "m-1")
+	s.exec(e2e.Py("print(1)"), "Idempotency-Key", "m-1")
 	r := s.do(http.MethodGet, "/metrics", "", nil)
 	for _, want := range []string{
 		`sandboxd_execs_total{profile="default",status="ok"} 1`,

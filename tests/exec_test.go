@@ -9,9 +9,10 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"unicode/utf8"
+
+	"github.com/sandboxd/sandboxd/internal/e2e"
 )
 
 var hex64 = regexp.MustCompile(`^[0-9a-f]{64}$`)
@@ -23,7 +24,7 @@ func TestHelloWorld(t *testing.T) {
 	if img, err := dockerCli.ImageInspect(context.Background(), sandboxImage); err == nil {
 		imageBefore = img.ID
 	}
-	r, res := c.execStatus(py("print(1)"), "ok")
+	r, res := c.execStatus(e2e.Py("print(1)"), "ok")
 	if r.Stdout != "1\n" || r.Stderr != "" || r.ExitCode != 0 || r.Signal != "" {
 		t.Errorf("stdout %q stderr %q exit_code %d signal %q; want \"1\\n\", \"\", 0, \"\"\n%s", r.Stdout, r.Stderr, r.ExitCode, r.Signal, res)
 	}
@@ -42,7 +43,7 @@ func TestHelloWorld(t *testing.T) {
 	if r.DurationMS < 0 || r.DurationMS > defTimeoutMS {
 		t.Errorf("duration_ms %d out of range", r.DurationMS)
 	}
-	want := execLimits{TimeoutMS: defTimeoutMS, MemoryMB: defMemoryMB, CPUs: defCPUs, Pids: defPids, OutputBytes: defOutputBytes, TmpfsMB: defTmpfsMB}
+	want := e2e.ExecLimits{TimeoutMS: defTimeoutMS, MemoryMB: defMemoryMB, CPUs: defCPUs, Pids: defPids, OutputBytes: defOutputBytes, TmpfsMB: defTmpfsMB}
 	if r.Limits != want {
 		t.Errorf("effective limits %+v, want the default profile's %+v", r.Limits, want)
 	}
@@ -81,7 +82,7 @@ func TestStdinEcho(t *testing.T) {
 	t.Parallel()
 	c := newTC(t)
 	in := "hello\nwörld ✓\n\tlast line without newline"
-	req := py("import sys\nsys.stdout.write(sys.stdin.read())")
+	req := e2e.Py("import sys\nsys.stdout.write(sys.stdin.read())")
 	req.Stdin = in
 	r, res := c.execStatus(req, "ok")
 	if r.Stdout != in {
@@ -93,7 +94,7 @@ func TestFilesInAndOut(t *testing.T) {
 	t.Parallel()
 	c := newTC(t)
 	csv := "a,b\n1,2\n3,4\n"
-	req := py(`
+	req := e2e.Py(`
 import os
 rows = open("data.csv").read().splitlines()[1:]
 total = sum(int(x) for r in rows for x in r.split(","))
@@ -108,7 +109,7 @@ with open("/sandbox/out/bin.dat", "wb") as f:
     f.write(bytes(range(256)))
 print(os.getcwd())
 `)
-	req.Files = []inFile{{Path: "data.csv", Content: b64(csv)}, {Path: "in/sub/x.txt", Content: b64("nested input")}}
+	req.Files = []e2e.InFile{{Path: "data.csv", Content: b64(csv)}, {Path: "in/sub/x.txt", Content: b64("nested input")}}
 	r, res := c.execStatus(req, "ok")
 	if r.Stdout != "/sandbox\n" {
 		t.Errorf("working directory %q, want /sandbox", r.Stdout)
@@ -122,7 +123,7 @@ print(os.getcwd())
 		t.Errorf("got %d files, want %d: %+v", len(r.Files), len(want), r.Files)
 	}
 	for path, content := range want {
-		f := r.file(path)
+		f := r.File(path)
 		if f == nil {
 			t.Errorf("file %q not returned\n%s", path, res)
 			continue
@@ -135,7 +136,7 @@ print(os.getcwd())
 			t.Errorf("file %q: size %d, want %d", path, f.Size, len(content))
 		}
 	}
-	if f := r.file("result.txt"); f != nil {
+	if f := r.File("result.txt"); f != nil {
 		if mode, err := strconv.ParseUint(f.Mode, 8, 32); err != nil || mode&0o777 != 0o640 {
 			t.Errorf("result.txt mode %q, want 0640 (set by the code)", f.Mode)
 		}
@@ -156,7 +157,7 @@ func bytesRange256() []byte {
 func TestNonZeroExit(t *testing.T) {
 	t.Parallel()
 	c := newTC(t)
-	r, res := c.execStatus(py(`raise ValueError("boom")`), "error")
+	r, res := c.execStatus(e2e.Py(`raise ValueError("boom")`), "error")
 	if r.ExitCode != 1 {
 		t.Errorf("exit_code %d, want 1\n%s", r.ExitCode, res)
 	}
@@ -167,7 +168,7 @@ func TestNonZeroExit(t *testing.T) {
 		t.Errorf("signal %q for a plain exit", r.Signal)
 	}
 
-	r, res = c.execStatus(py("import sys\nprint('partial')\nsys.exit(3)"), "error")
+	r, res = c.execStatus(e2e.Py("import sys\nprint('partial')\nsys.exit(3)"), "error")
 	if r.ExitCode != 3 || r.Stdout != "partial\n" {
 		t.Errorf("exit_code %d stdout %q, want 3 and the output before the exit\n%s", r.ExitCode, r.Stdout, res)
 	}
@@ -176,7 +177,7 @@ func TestNonZeroExit(t *testing.T) {
 func TestNonUTF8Output(t *testing.T) {
 	t.Parallel()
 	c := newTC(t)
-	r, res := c.execStatus(py(`import sys
+	r, res := c.execStatus(e2e.Py(`import sys
 sys.stdout.buffer.write(b"\xff\xfe")
 sys.stderr.buffer.write(b"ok\xc3(end")`), "ok")
 	if !json.Valid(res.Body) || !utf8.Valid(res.Body) {
@@ -206,7 +207,7 @@ func TestOutputTruncation(t *testing.T) {
 	t.Parallel()
 	t.Run("default cap", func(t *testing.T) {
 		c := newTC(t)
-		r, res := c.execStatus(py(`import sys
+		r, res := c.execStatus(e2e.Py(`import sys
 sys.stdout.write("x" * (10 << 20))
 sys.stderr.write("small")`), "ok")
 		if len(r.Stdout) != defOutputBytes || !r.StdoutTruncated {
@@ -216,12 +217,12 @@ sys.stderr.write("small")`), "ok")
 			t.Errorf("stdout holds something other than the printed x's")
 		}
 		if r.Stderr != "small" || r.StderrTruncated {
-			t.Errorf("stderr %q truncated %v; want \"small\", false (the cap is per stream)\n%s", r.Stderr, r.StderrTruncated, clip(res.Body, 300))
+			t.Errorf("stderr %q truncated %v; want \"small\", false (the cap is per stream)\n%s", r.Stderr, r.StderrTruncated, e2e.Clip(res.Body, 300))
 		}
 	})
 	t.Run("lowered output_bytes", func(t *testing.T) {
 		c := newTC(t)
-		req := py(`import sys
+		req := e2e.Py(`import sys
 sys.stdout.write("y" * 5000)
 sys.stderr.write("z" * 5000)`)
 		req.Limits = map[string]any{"output_bytes": 1000}
@@ -238,7 +239,7 @@ sys.stderr.write("z" * 5000)`)
 	})
 	t.Run("exactly at the cap is not truncated", func(t *testing.T) {
 		c := newTC(t)
-		req := py(`import sys
+		req := e2e.Py(`import sys
 sys.stdout.write("w" * 1000)`)
 		req.Limits = map[string]any{"output_bytes": 1000}
 		r, _ := c.execStatus(req, "ok")
@@ -254,33 +255,24 @@ func TestConcurrentExecs(t *testing.T) {
 	t.Parallel()
 	c := newTC(t)
 	const n = 6
-	var wg sync.WaitGroup
-	results := make([]*httpResult, n)
-	errs := make([]error, n)
+	bodies := make([][]byte, n)
 	for i := range n {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			body, _ := json.Marshal(py(fmt.Sprintf("print(%d)", i)))
-			results[i], errs[i] = sendRaw(context.Background(), http.MethodPost, "/exec", body, true,
-				map[string]string{"Authorization": "Bearer " + agentKey, "X-No-Retry": "1"}, c.requestID())
-		}()
+		bodies[i] = e2e.JSON(e2e.Py(fmt.Sprintf("print(%d)", i)))
 	}
-	wg.Wait()
+	results := c.burst("run", bodies)
 	ok, busy := 0, 0
 	for i, res := range results {
-		if errs[i] != nil {
-			t.Errorf("run %d: %v", i, errs[i])
+		if res == nil {
 			continue
 		}
 		switch res.Status {
 		case http.StatusOK:
-			var r execResponse
+			var r e2e.ExecResponse
 			if err := json.Unmarshal(res.Body, &r); err != nil {
 				t.Errorf("run %d: %v", i, err)
 				continue
 			}
-			noteExecID(r.ID)
+			seenExecIDs.Add(r.ID)
 			c.note(r.ID)
 			if r.Status != "ok" || r.Stdout != fmt.Sprintf("%d\n", i) {
 				t.Errorf("run %d: status %q stdout %q\n%s", i, r.Status, r.Stdout, res)
@@ -301,7 +293,7 @@ func TestConcurrentExecs(t *testing.T) {
 		t.Errorf("none of %d concurrent runs was served", n)
 	}
 	wantHealthy(t)
-	c.execStatus(py("print('after')"), "ok")
+	c.execStatus(e2e.Py("print('after')"), "ok")
 }
 
 func TestHealthAndNotFound(t *testing.T) {
@@ -319,7 +311,7 @@ func TestEnvPassedToCode(t *testing.T) {
 	t.Parallel()
 	c := newTC(t)
 	env := map[string]string{"GREETING": "héllo wörld", "_UNDER": "a=b c", "A1": ""}
-	req := py(`import os, json
+	req := e2e.Py(`import os, json
 print(json.dumps({k: os.environ.get(k) for k in ("GREETING", "_UNDER", "A1")}, sort_keys=True))`)
 	req.Env = env
 	r, res := c.execStatus(req, "ok")

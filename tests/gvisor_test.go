@@ -2,8 +2,6 @@ package tests
 
 import (
 	"context"
-	"encoding/json"
-	"io"
 	"net/http"
 	"os"
 	"slices"
@@ -11,6 +9,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/sandboxd/sandboxd/internal/e2e"
 )
 
 // The "strict" profile runs under gVisor (runtime runsc). With runsc
@@ -38,34 +38,17 @@ func engineHasRunsc(t *testing.T) bool {
 	return ok
 }
 
-type readyz struct {
-	Status string `json:"status"`
-	Checks []struct {
-		Name     string `json:"name"`
-		OK       bool   `json:"ok"`
-		Optional bool   `json:"optional"`
-		Error    string `json:"error"`
-	} `json:"checks"`
-	Unavailable []string `json:"unavailable_profiles"`
-}
-
-func getReadyz(t *testing.T) (int, readyz) {
+func getReadyz(t *testing.T) (int, *e2e.Readiness) {
 	t.Helper()
-	resp, err := httpClient.Get(baseURL + "/readyz")
+	res, r, err := api.Readiness(context.Background())
 	if err != nil {
 		t.Fatalf("GET /readyz: %v", err)
 	}
-	defer resp.Body.Close()
-	body, _ := io.ReadAll(resp.Body)
-	var r readyz
-	if err := json.Unmarshal(body, &r); err != nil {
-		t.Fatalf("GET /readyz: %v: %s", err, body)
-	}
-	return resp.StatusCode, r
+	return res.Status, r
 }
 
-func strict(code string) execRequest {
-	r := py(code)
+func strict(code string) e2e.ExecRequest {
+	r := e2e.Py(code)
 	r.Profile = strictProfile
 	return r
 }
@@ -86,17 +69,7 @@ func TestGVisorStrictProfile(t *testing.T) {
 	has := engineHasRunsc(t)
 
 	code, rz := getReadyz(t)
-	var check *struct {
-		Name     string `json:"name"`
-		OK       bool   `json:"ok"`
-		Optional bool   `json:"optional"`
-		Error    string `json:"error"`
-	}
-	for i := range rz.Checks {
-		if rz.Checks[i].Name == "runtime runsc" {
-			check = &rz.Checks[i]
-		}
-	}
+	check := rz.Check("runtime runsc")
 	if code != http.StatusOK || check == nil || check.OK != has || !check.Optional {
 		t.Fatalf("readyz %d, runtime runsc check %+v; want 200 and an optional check that is ok=%v", code, check, has)
 	}
@@ -121,7 +94,7 @@ func TestGVisorStrictProfile(t *testing.T) {
 
 	// The default profile sees the host's kernel, so the comparison below
 	// means something.
-	def, res := c.execStatus(py(probe), "ok")
+	def, res := c.execStatus(e2e.Py(probe), "ok")
 	if got := strings.SplitN(def.Stdout, "\n", 2)[0]; got != host {
 		t.Fatalf("default profile sees kernel %q, want the host's %q\n%s", got, host, res)
 	}
@@ -198,7 +171,7 @@ func TestGVisorLatency(t *testing.T) {
 		t.Skip("the engine has no runtime runsc (make gvisor)")
 	}
 	c := newTC(t)
-	median := func(req execRequest) time.Duration {
+	median := func(req e2e.ExecRequest) time.Duration {
 		var walls []time.Duration
 		for range 20 {
 			r, res := c.execStatus(req, "ok")
@@ -211,6 +184,6 @@ func TestGVisorLatency(t *testing.T) {
 		return (walls[9] + walls[10]) / 2
 	}
 	runsc := median(strict("print(1)"))
-	runc := median(py("print(1)"))
+	runc := median(e2e.Py("print(1)"))
 	t.Logf("print(1) through the API, median of 20: runsc (strict) %v, runc (default) %v", runsc.Round(time.Millisecond), runc.Round(time.Millisecond))
 }

@@ -3,6 +3,8 @@ package tests
 import (
 	"strings"
 	"testing"
+
+	"github.com/sandboxd/sandboxd/internal/e2e"
 )
 
 // The code runs in an interpreter started before the job arrived; it must
@@ -10,7 +12,7 @@ import (
 func TestWaitingInterpreterLooksLikeAPlainRun(t *testing.T) {
 	t.Parallel()
 	c := newTC(t)
-	req := py(`import os, sys
+	req := e2e.Py(`import os, sys
 print(__name__, __file__, sys.argv, sys.path[0])
 print(sorted(k for k in globals() if not k.startswith("__")))
 print(os.environ["JOB_VAR"], os.getcwd())
@@ -47,15 +49,15 @@ boom()
 func TestWaitingInterpreterSyntaxErrorAndExitCodes(t *testing.T) {
 	t.Parallel()
 	c := newTC(t)
-	r, _ := c.exec(py("x = ("))
+	r, _ := c.exec(e2e.Py("x = ("))
 	if r.Status != "error" || r.ExitCode != 1 || strings.Contains(r.Stderr, "Traceback") || !strings.Contains(r.Stderr, "SyntaxError") || strings.Contains(r.Stderr, "<string>") {
 		t.Errorf("syntax error: status %s exit %d stderr %q", r.Status, r.ExitCode, r.Stderr)
 	}
-	r, _ = c.exec(py("import sys\nsys.exit(7)"))
+	r, _ = c.exec(e2e.Py("import sys\nsys.exit(7)"))
 	if r.Status != "error" || r.ExitCode != 7 || r.Stderr != "" {
 		t.Errorf("sys.exit(7): status %s exit %d stderr %q", r.Status, r.ExitCode, r.Stderr)
 	}
-	r, _ = c.exec(py("raise SystemExit('bye')"))
+	r, _ = c.exec(e2e.Py("raise SystemExit('bye')"))
 	if r.ExitCode != 1 || r.Stderr != "bye\n" {
 		t.Errorf("SystemExit('bye'): exit %d stderr %q", r.ExitCode, r.Stderr)
 	}
@@ -66,7 +68,7 @@ func TestWaitingInterpreterSyntaxErrorAndExitCodes(t *testing.T) {
 func TestWaitingInterpreterExitKeepsPythonSemantics(t *testing.T) {
 	t.Parallel()
 	c := newTC(t)
-	r, res := c.exec(py(`import atexit, threading, time, sys
+	r, res := c.exec(e2e.Py(`import atexit, threading, time, sys
 atexit.register(lambda: print("atexit ran"))
 def late():
     time.sleep(0.3)
@@ -79,7 +81,7 @@ sys.stdout.write("no newline at the end")
 	if r.Status != "ok" || !strings.Contains(r.Stdout, "thread finished") || !strings.Contains(r.Stdout, "atexit ran") || !strings.Contains(r.Stdout, "no newline at the end") {
 		t.Errorf("status %s stdout %q\n%s", r.Status, r.Stdout, res)
 	}
-	if f := r.file("unclosed.txt"); f == nil || string(unb64(t, f.Content)) != "written but never closed" {
+	if f := r.File("unclosed.txt"); f == nil || string(unb64(t, f.Content)) != "written but never closed" {
 		t.Errorf("the file the code left open was not flushed: %+v", r.Files)
 	}
 }
@@ -89,7 +91,7 @@ sys.stdout.write("no newline at the end")
 func TestDataProfilePreloads(t *testing.T) {
 	t.Parallel()
 	c := newTC(t)
-	req := py(`import sys
+	req := e2e.Py(`import sys
 print(all(m in sys.modules for m in ("numpy", "pandas", "matplotlib.pyplot")))
 import pandas as pd
 import matplotlib.pyplot as plt
@@ -103,7 +105,7 @@ plt.savefig("/sandbox/out/plot.png")
 	if r.Status != "ok" || r.Stdout != "True\n6\n" {
 		t.Fatalf("status %s stdout %q stderr %q\n%s", r.Status, r.Stdout, r.Stderr, res)
 	}
-	png := r.file("plot.png")
+	png := r.File("plot.png")
 	if png == nil || !strings.HasPrefix(string(unb64(t, png.Content)), "\x89PNG") {
 		t.Fatalf("no PNG came back: %+v", r.Files)
 	}
@@ -119,7 +121,7 @@ plt.savefig("/sandbox/out/plot.png")
 func TestColdPreloadIsNotOnTheJobClock(t *testing.T) {
 	t.Parallel()
 	c := newTC(t)
-	req := py("import sys\nprint('pandas' in sys.modules)\n")
+	req := e2e.Py("import sys\nprint('pandas' in sys.modules)\n")
 	req.Profile = "data"
 	// A lower tmpfs size is one a ready container cannot take: the run
 	// gets a cold sandbox.

@@ -7,6 +7,8 @@ import (
 	"net/http"
 	"os/exec"
 	"testing"
+
+	"github.com/sandboxd/sandboxd/internal/e2e"
 )
 
 // The two benchmarks compare a sandboxd round trip with a bare
@@ -18,18 +20,18 @@ import (
 
 // BenchmarkExecPrint1 is one POST /exec of print(1), through the HTTP API.
 func BenchmarkExecPrint1(b *testing.B) {
-	body, _ := json.Marshal(py("print(1)"))
+	body, _ := json.Marshal(e2e.Py("print(1)"))
 	for b.Loop() {
 		res, err := sendRaw(context.Background(), http.MethodPost, "/exec", body, true,
 			map[string]string{"Authorization": "Bearer " + agentKey}, "bench-exec")
 		if err != nil {
 			b.Fatal(err)
 		}
-		var r execResponse
+		var r e2e.ExecResponse
 		if res.Status != http.StatusOK || json.Unmarshal(res.Body, &r) != nil || r.Status != "ok" || r.Stdout != "1\n" {
 			b.Fatalf("unexpected response\n%s", res)
 		}
-		noteExecID(r.ID)
+		seenExecIDs.Add(r.ID)
 	}
 }
 

@@ -3,10 +3,7 @@ package tests
 import (
 	"context"
 	"encoding/json"
-	"fmt"
-	"net/http"
-	"os"
-	"os/exec"
+	"errors"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -14,66 +11,37 @@ import (
 	"time"
 
 	"github.com/docker/docker/api/types/container"
-	"github.com/docker/docker/api/types/filters"
 
+	"github.com/sandboxd/sandboxd/internal/e2e"
+	"github.com/sandboxd/sandboxd/internal/logbuf"
 	"github.com/sandboxd/sandboxd/runner"
 )
 
 // ownServer is a sandboxd of a test's own, for killing and restarting.
 type ownServer struct {
-	t       *testing.T
-	cmd     *exec.Cmd
-	url     string
+	*e2e.Server
 	dataDir string
-	keys    string
-	log     *logBuffer
-	exited  chan error
+	key     string
 }
 
 func startOwnServer(t *testing.T, dataDir string, extra ...string) *ownServer {
 	t.Helper()
 	keys := filepath.Join(t.TempDir(), "keys.yaml")
 	key := newKey()
-	if err := os.WriteFile(keys, []byte(fmt.Sprintf("keys:\n  - id: own\n    tenant: own\n    key_sha256: %s\n    roles: [agent]\n", sha256Hex(key))), 0o600); err != nil {
+	if err := e2e.WriteKeys(keys, e2e.Key{ID: "own", Tenant: "own", Roles: []string{"agent"}, Secret: key}); err != nil {
 		t.Fatal(err)
 	}
-	port, err := freePort()
+	log := &logbuf.Buffer{}
+	srv, err := e2e.Start(e2e.ServerConfig{Bin: sandboxdBin, DataDir: dataDir, ProfilesDir: filepath.Join(moduleRoot, "profiles"),
+		KeysFile: keys, Flags: extra, Log: log})
 	if err != nil {
-		t.Fatal(err)
+		t.Fatalf("own sandboxd did not come up: %v\n%s", err, log.Tail(20))
 	}
-	s := &ownServer{t: t, url: fmt.Sprintf("http://127.0.0.1:%d", port), dataDir: dataDir, keys: key, log: &logBuffer{}, exited: make(chan error, 1)}
-	args := append([]string{"serve", "--addr", fmt.Sprintf("127.0.0.1:%d", port), "--data-dir", dataDir,
-		"--profiles-dir", filepath.Join(moduleRoot, "profiles"), "--keys-file", keys}, extra...)
-	s.cmd = exec.Command(sandboxdBin, args...)
-	s.cmd.Stdout, s.cmd.Stderr = s.log, s.log
-	if err := s.cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	go func() { s.exited <- s.cmd.Wait() }()
-	deadline := time.Now().Add(serverStartTimeout)
-	for {
-		resp, err := http.Get(s.url + "/healthz")
-		if err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == 200 {
-				break
-			}
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("own sandboxd did not come up:\n%s", s.log.Tail(20))
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	s := &ownServer{Server: srv, dataDir: dataDir, key: key}
 	t.Cleanup(func() {
 		// SIGTERM, so that the server removes its warm pool; SIGKILL only
 		// if it does not stop.
-		_ = s.cmd.Process.Signal(syscall.SIGTERM)
-		select {
-		case err := <-s.exited:
-			s.exited <- err
-		case <-time.After(30 * time.Second):
-			_ = s.cmd.Process.Kill()
-			<-s.exited
+		if err := s.Stop(30 * time.Second); errors.Is(err, e2e.ErrNotStopped) {
 			t.Errorf("own sandboxd did not stop within 30 s of SIGTERM")
 		}
 		if left := managedByInstance(t, runner.InstanceID(s.dataDir)); len(left) != 0 {
@@ -84,21 +52,14 @@ func startOwnServer(t *testing.T, dataDir string, extra ...string) *ownServer {
 }
 
 // execAsync posts code and returns a channel with the decoded response.
-func (s *ownServer) execAsync(code string) <-chan *execResponse {
-	ch := make(chan *execResponse, 1)
+func (s *ownServer) execAsync(code string) <-chan *e2e.ExecResponse {
+	ch := make(chan *e2e.ExecResponse, 1)
 	go func() {
-		body, _ := json.Marshal(py(code))
-		req, _ := http.NewRequest(http.MethodPost, s.url+"/exec", strings.NewReader(string(body)))
-		req.Header.Set("Authorization", "Bearer "+s.keys)
-		req.Header.Set("Content-Type", "application/json")
-		resp, err := (&http.Client{Timeout: 60 * time.Second}).Do(req)
-		if err != nil {
-			ch <- nil
-			return
-		}
-		defer resp.Body.Close()
-		var r execResponse
-		if resp.StatusCode != 200 || json.NewDecoder(resp.Body).Decode(&r) != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+		defer cancel()
+		res, err := e2e.Client{URL: s.URL, Key: s.key}.Exec(ctx, e2e.Py(code), "")
+		var r e2e.ExecResponse
+		if err != nil || res.Status != 200 || json.Unmarshal(res.Body, &r) != nil {
 			ch <- nil
 			return
 		}
@@ -107,12 +68,11 @@ func (s *ownServer) execAsync(code string) <-chan *execResponse {
 	return ch
 }
 
-// containersOf lists the managed containers whose name carries the exec ids
-// of this server's data dir (by instance label, learned from a running one).
+// managedByInstance lists the managed containers of a server's instance
+// (the instance id of its data dir).
 func managedByInstance(t *testing.T, instance string) []container.Summary {
 	t.Helper()
-	list, err := dockerCli.ContainerList(context.Background(), container.ListOptions{All: true, Filters: filters.NewArgs(
-		filters.Arg("label", "sandboxd.managed=true"), filters.Arg("label", "sandboxd.instance="+instance))})
+	list, err := e2e.ListContainers(context.Background(), dockerCli, e2e.Managed, e2e.Instance(instance))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -145,21 +105,20 @@ func TestShutdownKillsRunsAndRemovesContainers(t *testing.T) {
 	done := s.execAsync("import time\nprint('started', flush=True)\ntime.sleep(60)")
 	instance := waitOneRunning(t, s.dataDir)
 	start := time.Now()
-	if err := s.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+	if err := s.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
 	r := <-done
 	if r == nil || r.Status != "killed" || !strings.Contains(r.Message, "shutting down") {
-		t.Fatalf("in-flight run at shutdown: %+v\n%s", r, s.log.Tail(20))
+		t.Fatalf("in-flight run at shutdown: %+v\n%s", r, s.Log.Tail(20))
 	}
 	select {
-	case err := <-s.exited:
-		s.exited <- err // for Cleanup
-		if err != nil {
-			t.Fatalf("sandboxd exited with %v after SIGTERM\n%s", err, s.log.Tail(20))
+	case <-s.Done():
+		if err := s.Err(); err != nil {
+			t.Fatalf("sandboxd exited with %v after SIGTERM\n%s", err, s.Log.Tail(20))
 		}
 	case <-time.After(30 * time.Second):
-		t.Fatalf("sandboxd still running 30 s after SIGTERM\n%s", s.log.Tail(20))
+		t.Fatalf("sandboxd still running 30 s after SIGTERM\n%s", s.Log.Tail(20))
 	}
 	if took := time.Since(start); took > 10*time.Second {
 		t.Errorf("shutdown took %v with a 1 s grace period", took)
@@ -176,11 +135,7 @@ func TestRestartRemovesLeftovers(t *testing.T) {
 	s := startOwnServer(t, dir)
 	_ = s.execAsync("import time\ntime.sleep(60)")
 	instance := waitOneRunning(t, dir)
-	if err := s.cmd.Process.Kill(); err != nil {
-		t.Fatal(err)
-	}
-	err := <-s.exited
-	s.exited <- err
+	s.Kill()
 	// The killed run's container is left behind, and the warm pool's.
 	before := managedByInstance(t, instance)
 	if len(before) < 1 {
@@ -192,12 +147,12 @@ func TestRestartRemovesLeftovers(t *testing.T) {
 	for _, now := range managedByInstance(t, instance) {
 		for _, old := range before {
 			if now.ID == old.ID {
-				t.Fatalf("after restart, leftover %s %v remains\n%s", old.ID[:12], old.Names, s2.log.Tail(20))
+				t.Fatalf("after restart, leftover %s %v remains\n%s", old.ID[:12], old.Names, s2.Log.Tail(20))
 			}
 		}
 	}
-	if !strings.Contains(s2.log.String(), "removed containers left by an earlier process") {
-		t.Errorf("restart did not log the clean-up:\n%s", s2.log.Tail(20))
+	if !strings.Contains(s2.Log.String(), "removed containers left by an earlier process") {
+		t.Errorf("restart did not log the clean-up:\n%s", s2.Log.Tail(20))
 	}
 	if r := <-s2.execAsync("print(1)"); r == nil || r.Status != "ok" {
 		t.Fatalf("restarted server does not run code: %+v", r)

@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/sandboxd/sandboxd/internal/e2e"
 )
 
 // Timing bounds of the timeout test.
@@ -33,7 +35,7 @@ const (
 // for a run slot or CPU held by other tests.
 func TestTimeout(t *testing.T) {
 	c := newTC(t)
-	req := py("while True:\n    pass")
+	req := e2e.Py("while True:\n    pass")
 	req.Limits = map[string]any{"timeout_ms": timeoutLimitMS}
 	r, res := c.execStatus(req, "timeout")
 	limit := time.Duration(timeoutLimitMS) * time.Millisecond
@@ -54,7 +56,7 @@ func TestTimeout(t *testing.T) {
 
 	// Sleeping (not spinning) code is stopped the same way, and output
 	// written before the limit is kept.
-	req = py("import time\nprint('before', flush=True)\ntime.sleep(5)\nprint('after')")
+	req = e2e.Py("import time\nprint('before', flush=True)\ntime.sleep(5)\nprint('after')")
 	req.Limits = map[string]any{"timeout_ms": 1000}
 	r, res = c.execStatus(req, "timeout")
 	if r.Stdout != "before\n" {
@@ -75,7 +77,7 @@ func TestOOM(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
 			c := newTC(t)
-			r, res := c.execStatus(py(code), "oom")
+			r, res := c.execStatus(e2e.Py(code), "oom")
 			if strings.Contains(r.Stdout, "survived") {
 				t.Errorf("the allocation succeeded under a %d MiB limit", defMemoryMB)
 			}
@@ -100,20 +102,20 @@ while True:
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
 			c := newTC(t)
-			req := py(code)
+			req := e2e.Py(code)
 			req.Limits = map[string]any{"timeout_ms": 5000}
 			r, res := c.exec(req)
 			switch r.Status {
 			case "error", "timeout", "killed":
 			default:
-				t.Errorf("status %q, want error, timeout or killed\n%s", r.Status, clip(res.Body, 2000))
+				t.Errorf("status %q, want error, timeout or killed\n%s", r.Status, e2e.Clip(res.Body, 2000))
 			}
 			if r.DurationMS > 5000+timeoutSlack.Milliseconds() {
 				t.Errorf("duration_ms %d, past the 5000 ms limit + %v", r.DurationMS, timeoutSlack)
 			}
 			// The service is unharmed: a run right after works.
 			wantHealthy(t)
-			r2, res2 := c.exec(py("print(1)"))
+			r2, res2 := c.exec(e2e.Py("print(1)"))
 			if r2.Status != "ok" || r2.Stdout != "1\n" {
 				t.Errorf("the run after the fork bomb: status %q stdout %q\n%s", r2.Status, r2.Stdout, res2)
 			}
@@ -127,7 +129,7 @@ while True:
 func TestPidsLimit(t *testing.T) {
 	t.Parallel()
 	c := newTC(t)
-	r, res := c.execStatus(py(`import threading
+	r, res := c.execStatus(e2e.Py(`import threading
 ev = threading.Event()
 n = 0
 try:
@@ -154,7 +156,7 @@ func TestLoweredLimits(t *testing.T) {
 	t.Run("memory_mb 64 stops a 100 MB allocation", func(t *testing.T) {
 		t.Parallel()
 		c := newTC(t)
-		req := py("b = bytearray(100 * 1000 * 1000)\nprint('survived')")
+		req := e2e.Py("b = bytearray(100 * 1000 * 1000)\nprint('survived')")
 		req.Limits = map[string]any{"memory_mb": 64}
 		r, res := c.execStatus(req, "oom")
 		if r.Limits.MemoryMB != 64 {
@@ -162,7 +164,7 @@ func TestLoweredLimits(t *testing.T) {
 		}
 		// The same allocation fits the default 256 MiB: it is the lowered
 		// limit that stopped it.
-		r, res = c.exec(py("b = bytearray(100 * 1000 * 1000)\nprint('survived')"))
+		r, res = c.exec(e2e.Py("b = bytearray(100 * 1000 * 1000)\nprint('survived')"))
 		if r.Status != "ok" || r.Stdout != "survived\n" {
 			t.Errorf("100 MB under the default %d MiB: status %q stdout %q\n%s", defMemoryMB, r.Status, r.Stdout, res)
 		}
@@ -170,7 +172,7 @@ func TestLoweredLimits(t *testing.T) {
 	t.Run("pids and tmpfs_mb", func(t *testing.T) {
 		t.Parallel()
 		c := newTC(t)
-		req := py(`import os
+		req := e2e.Py(`import os
 st = os.statvfs("/tmp")
 print(st.f_blocks * st.f_frsize // (1 << 20))
 st = os.statvfs("/sandbox")
@@ -202,7 +204,7 @@ func TestRaisedLimitsRefused(t *testing.T) {
 		{"output_bytes", 2 * defOutputBytes, strconv.Itoa(defOutputBytes)},
 		{"tmpfs_mb", 128, strconv.Itoa(defTmpfsMB)},
 	} {
-		req := py("print(1)")
+		req := e2e.Py("print(1)")
 		req.Limits = map[string]any{tt.field: tt.value}
 		res := c.post(req)
 		msg := wantError(t, res, http.StatusBadRequest, "VALIDATION", "limits."+tt.field)

@@ -9,6 +9,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/sandboxd/sandboxd/internal/e2e"
 )
 
 // poolRuns is how many execs the pool test makes; the issue asks for 1,000
@@ -41,7 +43,7 @@ print("fresh" if fresh else "REUSED")
 		go func() {
 			defer wg.Done()
 			for range next {
-				r := execQuiet(py(code))
+				r := execQuiet(e2e.Py(code))
 				mu.Lock()
 				switch {
 				case r == nil:
@@ -72,16 +74,16 @@ print("fresh" if fresh else "REUSED")
 
 // execQuiet runs req for a test that makes many runs from several
 // goroutines: it returns nil on any failure instead of failing the test.
-func execQuiet(req any) *execResponse {
+func execQuiet(req any) *e2e.ExecResponse {
 	res, err := rawExec(context.Background(), agentKey, req, "")
 	if err != nil || res.Status != http.StatusOK {
 		return nil
 	}
-	var r execResponse
+	var r e2e.ExecResponse
 	if json.Unmarshal(res.Body, &r) != nil {
 		return nil
 	}
-	noteExecID(r.ID)
+	seenExecIDs.Add(r.ID)
 	return &r
 }
 
@@ -94,7 +96,7 @@ func TestExecServerTiming(t *testing.T) {
 	want := []string{"queue", "sandbox", "exchange", "run", "capture", "audit", "total"}
 	warm := 0
 	for i := 0; i < 8; i++ {
-		res, err := rawExec(context.Background(), agentKey, py("print(1)"), "")
+		res, err := rawExec(context.Background(), agentKey, e2e.Py("print(1)"), "")
 		if err != nil || res.Status != http.StatusOK {
 			t.Fatalf("exec: %v\n%v", err, res)
 		}

@@ -15,6 +15,8 @@ import (
 	"time"
 
 	"github.com/docker/docker/api/types/container"
+
+	"github.com/sandboxd/sandboxd/internal/e2e"
 )
 
 // lines parses "KEY value..." lines printed by test code.
@@ -73,8 +75,8 @@ if ifaces == ["lo"] and not routes and not routes6:
     attempt("PUBLIC", "192.0.2.1", 80)
 else:
     print("PUBLIC NOT-TRIED the sandbox has a network")
-`, serverPort)
-	r, res := c.execStatus(py(code), "ok")
+`, srv.Port)
+	r, res := c.execStatus(e2e.Py(code), "ok")
 	m := lines(r.Stdout)
 	if m["IFACES"] != "lo" {
 		t.Errorf("network interfaces %q, want only lo\n%s", m["IFACES"], res)
@@ -83,7 +85,7 @@ else:
 		t.Errorf("routes (IPv4, IPv6 non-lo) %q, want none\n%s", m["ROUTES"], res)
 	}
 	if !strings.HasPrefix(m["LOOPBACK"], "FAILED") {
-		t.Errorf("connecting to 127.0.0.1:%d (sandboxd's port) from the sandbox: %q, want a failure\n%s", serverPort, m["LOOPBACK"], res)
+		t.Errorf("connecting to 127.0.0.1:%d (sandboxd's port) from the sandbox: %q, want a failure\n%s", srv.Port, m["LOOPBACK"], res)
 	}
 	pub := strings.Fields(m["PUBLIC"])
 	if len(pub) < 3 || pub[0] != "FAILED" {
@@ -99,7 +101,7 @@ else:
 func TestReadOnlyRootAndNoexecTmp(t *testing.T) {
 	t.Parallel()
 	c := newTC(t)
-	r, res := c.execStatus(py(`import os, shutil, subprocess, errno
+	r, res := c.execStatus(e2e.Py(`import os, shutil, subprocess, errno
 def try_write(tag, path):
     try:
         with open(path, "w") as f:
@@ -150,7 +152,7 @@ for tag, path in (("EXECSH", "/tmp/run.sh"), ("EXECBIN", "/tmp/true")):
 func TestOutputLinksAndSpecialFiles(t *testing.T) {
 	t.Parallel()
 	c := newTC(t)
-	r, res := c.execStatus(py(`import os
+	r, res := c.execStatus(e2e.Py(`import os
 os.symlink("/etc/passwd", "/sandbox/out/passwd_link")
 os.symlink("/etc", "/sandbox/out/etc_link")
 os.symlink("../../etc/shadow", "/sandbox/out/relative_link")
@@ -159,14 +161,14 @@ with open("/sandbox/out/ok.txt", "w") as f:
     f.write("ok")
 `), "ok")
 	for _, p := range []string{"passwd_link", "etc_link", "relative_link", "fifo"} {
-		s := r.skipped(p)
+		s := r.Skipped(p)
 		if s == nil {
 			t.Errorf("skipped_files lacks %q\n%s", p, res)
 		} else if strings.TrimSpace(s.Reason) == "" {
 			t.Errorf("skipped file %q has no reason", p)
 		}
 	}
-	if len(r.Files) != 1 || r.file("ok.txt") == nil || string(unb64(t, r.file("ok.txt").Content)) != "ok" {
+	if len(r.Files) != 1 || r.File("ok.txt") == nil || string(unb64(t, r.File("ok.txt").Content)) != "ok" {
 		t.Errorf("files %+v, want only ok.txt with \"ok\"", r.Files)
 	}
 	// No passwd content (the host's or the image's) anywhere in the response.
@@ -204,7 +206,7 @@ with open("/sandbox/out/ok.txt", "w") as f:
 func TestIdentityAndPrivileges(t *testing.T) {
 	t.Parallel()
 	c := newTC(t)
-	r, res := c.execStatus(py(`import os
+	r, res := c.execStatus(e2e.Py(`import os
 print("UID", os.getuid(), os.geteuid())
 print("GID", os.getgid(), os.getegid())
 print("GROUPS", ",".join(str(g) for g in sorted(os.getgroups())) or "-")
@@ -241,7 +243,7 @@ print("HOSTNAME", socket.gethostname())
 func TestPtraceAndUnshareRefused(t *testing.T) {
 	t.Parallel()
 	c := newTC(t)
-	r, res := c.execStatus(py(`import ctypes, os, time, errno, signal
+	r, res := c.execStatus(e2e.Py(`import ctypes, os, time, errno, signal
 libc = ctypes.CDLL(None, use_errno=True)
 def show(tag, rc):
     e = ctypes.get_errno()
@@ -274,7 +276,7 @@ show("MOUNT", libc.mount(b"none", b"/tmp", b"tmpfs", 0, None))
 func TestNoHostEnvironment(t *testing.T) {
 	t.Parallel()
 	c := newTC(t)
-	r, res := c.execStatus(py(`import os
+	r, res := c.execStatus(e2e.Py(`import os
 for k in sorted(os.environ):
     print(k + "=" + os.environ[k])
 `), "ok")
@@ -300,14 +302,14 @@ for k in sorted(os.environ):
 func TestContainerLockdown(t *testing.T) {
 	c := newTC(t)
 	code := "import time\ntime.sleep(3)\nprint('done')"
-	lowered := py(code)
+	lowered := e2e.Py(code)
 	lowered.Limits = map[string]any{"memory_mb": 64, "cpus": 0.5, "pids": 32, "tmpfs_mb": 8}
 
 	w := startWatch()
 	var wg sync.WaitGroup
-	var rDef, rLow *execResponse
+	var rDef, rLow *e2e.ExecResponse
 	wg.Add(2)
-	go func() { defer wg.Done(); rDef = execNoFatal(t, c, py(code)) }()
+	go func() { defer wg.Done(); rDef = execNoFatal(t, c, e2e.Py(code)) }()
 	go func() { defer wg.Done(); rLow = execNoFatal(t, c, lowered) }()
 	wg.Wait()
 	seen := w.stop()
@@ -317,11 +319,11 @@ func TestContainerLockdown(t *testing.T) {
 	imgEnv := imageEnv(t)
 	for _, tt := range []struct {
 		name string
-		r    *execResponse
-		want execLimits
+		r    *e2e.ExecResponse
+		want e2e.ExecLimits
 	}{
-		{"default", rDef, execLimits{MemoryMB: defMemoryMB, CPUs: defCPUs, Pids: defPids, TmpfsMB: defTmpfsMB}},
-		{"lowered", rLow, execLimits{MemoryMB: 64, CPUs: 0.5, Pids: 32, TmpfsMB: 8}},
+		{"default", rDef, e2e.ExecLimits{MemoryMB: defMemoryMB, CPUs: defCPUs, Pids: defPids, TmpfsMB: defTmpfsMB}},
+		{"lowered", rLow, e2e.ExecLimits{MemoryMB: 64, CPUs: 0.5, Pids: 32, TmpfsMB: 8}},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			if tt.r.Status != "ok" || tt.r.Stdout != "done\n" {
@@ -337,7 +339,7 @@ func TestContainerLockdown(t *testing.T) {
 	}
 }
 
-func execNoFatal(t *testing.T, c *tc, req execRequest) *execResponse {
+func execNoFatal(t *testing.T, c *tc, req e2e.ExecRequest) *e2e.ExecResponse {
 	res, err := rawExec(context.Background(), agentKey, req, c.requestID())
 	if err != nil {
 		t.Errorf("POST /exec: %v", err)
@@ -347,19 +349,19 @@ func execNoFatal(t *testing.T, c *tc, req execRequest) *execResponse {
 		t.Errorf("want 200\n%s", res)
 		return nil
 	}
-	var r execResponse
+	var r e2e.ExecResponse
 	if err := json.Unmarshal(res.Body, &r); err != nil {
 		t.Errorf("%v\n%s", err, res)
 		return nil
 	}
-	noteExecID(r.ID)
+	seenExecIDs.Add(r.ID)
 	c.note(r.ID)
 	return &r
 }
 
 var tmpfsSize = regexp.MustCompile(`(^|,)size=([0-9]+[kmgKMG]?)(,|$)`)
 
-func checkLockdown(t *testing.T, info container.InspectResponse, id string, want execLimits, imgEnv []string) {
+func checkLockdown(t *testing.T, info container.InspectResponse, id string, want e2e.ExecLimits, imgEnv []string) {
 	t.Helper()
 	cfg, hc := info.Config, info.HostConfig
 	if cfg == nil || hc == nil || info.ContainerJSONBase == nil {
@@ -525,7 +527,7 @@ func TestClientDisconnect(t *testing.T) {
 	defer cancel()
 	start := time.Now()
 	reqID := c.requestID()
-	_, err := rawExec(ctx, agentKey, py("import time\ntime.sleep(30)\nprint('finished')"), reqID)
+	_, err := rawExec(ctx, agentKey, e2e.Py("import time\ntime.sleep(30)\nprint('finished')"), reqID)
 	gaveUp := time.Now()
 	if err == nil {
 		t.Fatalf("the request finished before the client gave up after %v", disconnectAfter)
@@ -533,11 +535,11 @@ func TestClientDisconnect(t *testing.T) {
 	// The run's container may have been started before the request (warm
 	// pool), so its exec id comes from the server's log of the request.
 	execID := execIDFromLog(t, reqID)
-	noteExecID(execID)
+	seenExecIDs.Add(execID)
 	c.note(execID)
 	seen := map[string]bool{execID: true}
 	ids := sortedKeys(seen)
-	left := waitGone(removalTimeout, func(cs container.Summary) bool { return slices.Contains(ids, cs.Labels["sandboxd.exec-id"]) })
+	left := e2e.WaitGone(e2e.RemovalTimeout, ourContainers, func(cs container.Summary) bool { return slices.Contains(ids, cs.Labels["sandboxd.exec-id"]) })
 	if len(left) > 0 {
 		t.Errorf("%v after the client disconnected, its container is still there: %s", time.Since(gaveUp).Round(time.Millisecond), strings.Join(left, ", "))
 	} else {
@@ -575,7 +577,7 @@ func b64Variants(s string) []string {
 func TestSandboxCannotForgeItsResult(t *testing.T) {
 	t.Parallel()
 	c := newTC(t)
-	r, res := c.exec(py(`import json, os, struct
+	r, res := c.exec(e2e.Py(`import json, os, struct
 def frame(t, payload):
     return t + struct.pack(">I", len(payload)) + payload
 hdr = json.dumps({"path": "../../escape.txt", "mode": 420, "size": 6}).encode()
@@ -615,23 +617,11 @@ func TestBusy(t *testing.T) {
 	// sandboxd's defaults: 2 runs per core at once, 4 waiting per core.
 	capacity := 6 * runtime.NumCPU()
 	n := capacity + 4
-	var wg sync.WaitGroup
-	results := make([]*httpResult, n)
-	errs := make([]error, n)
-	body, _ := json.Marshal(py("import time\ntime.sleep(1)\nprint('slept')"))
-	for i := range n {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			results[i], errs[i] = sendRaw(context.Background(), "POST", "/exec", body, true,
-				map[string]string{"Authorization": "Bearer " + agentKey, "X-No-Retry": "1"}, c.requestID())
-		}()
-	}
-	wg.Wait()
+	body := e2e.JSON(e2e.Py("import time\ntime.sleep(1)\nprint('slept')"))
+	results := c.burst("request", slices.Repeat([][]byte{body}, n))
 	ok, busy := 0, 0
 	for i, res := range results {
-		if errs[i] != nil {
-			t.Errorf("request %d: %v", i, errs[i])
+		if res == nil {
 			continue
 		}
 		switch res.Status {
@@ -667,7 +657,7 @@ func TestBusy(t *testing.T) {
 func TestSandboxCannotSilenceTheLauncher(t *testing.T) {
 	t.Parallel()
 	c := newTC(t)
-	r, res := c.exec(py(`import os, signal, sys, time
+	r, res := c.exec(e2e.Py(`import os, signal, sys, time
 for s in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1, signal.SIGPIPE):
     os.kill(1, s)
 try:
@@ -696,7 +686,7 @@ func execIDFromLog(t *testing.T, reqID string) string {
 	t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
 	for time.Now().Before(deadline) {
-		for _, line := range strings.Split(serverLog.String(), "\n") {
+		for _, line := range strings.Split(srv.Log.String(), "\n") {
 			var rec struct {
 				Msg       string `json:"msg"`
 				RequestID string `json:"request_id"`

@@ -16,7 +16,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"image/png"
-	"io"
 	"net/http"
 	"sort"
 	"strings"
@@ -26,16 +25,19 @@ import (
 	"time"
 
 	"github.com/docker/docker/api/types/container"
+
+	"github.com/sandboxd/sandboxd/internal/e2e"
+	"github.com/sandboxd/sandboxd/internal/logbuf"
 )
 
 type sessionInfo struct {
-	ID           string     `json:"id"`
-	State        string     `json:"state"`
-	SandboxID    string     `json:"sandbox_id"`
-	IdleTimeoutS int64      `json:"idle_timeout_s"`
-	MaxLifetimeS int64      `json:"max_lifetime_s"`
-	EndReason    string     `json:"end_reason"`
-	Limits       execLimits `json:"limits"`
+	ID           string         `json:"id"`
+	State        string         `json:"state"`
+	SandboxID    string         `json:"sandbox_id"`
+	IdleTimeoutS int64          `json:"idle_timeout_s"`
+	MaxLifetimeS int64          `json:"max_lifetime_s"`
+	EndReason    string         `json:"end_reason"`
+	Limits       e2e.ExecLimits `json:"limits"`
 	Profile      struct {
 		Name string `json:"name"`
 	} `json:"profile"`
@@ -60,7 +62,7 @@ type richResult struct {
 }
 
 type sessionExecResponse struct {
-	execResponse
+	e2e.ExecResponse
 	Results   []richResult `json:"results"`
 	Exception *struct {
 		Type      string `json:"type"`
@@ -77,13 +79,13 @@ type sessClient struct {
 	t    testing.TB
 	base func() string // the server's URL, which a restart changes
 	key  string
-	log  *logBuffer
+	log  *logbuf.Buffer
 }
 
 var sessReqs atomic.Int64
 
 func newSessClient(t *testing.T) *sessClient {
-	return &sessClient{t: t, base: func() string { return baseURL }, key: agentKey, log: serverLog}
+	return &sessClient{t: t, base: func() string { return srv.URL }, key: agentKey, log: srv.Log}
 }
 
 func (c *sessClient) with(key string) *sessClient {
@@ -103,32 +105,23 @@ func (c *sessClient) do(method, path string, body any) (int, []byte) {
 }
 
 func (c *sessClient) try(method, path string, body any) (int, []byte, error) {
-	var rd io.Reader
+	var raw []byte
 	switch b := body.(type) {
 	case nil:
 	case string:
-		rd = strings.NewReader(b)
+		raw = []byte(b)
 	default:
-		raw, _ := json.Marshal(b)
-		rd = bytes.NewReader(raw)
+		raw, _ = json.Marshal(b)
 	}
-	req, err := http.NewRequest(method, c.base()+path, rd)
-	if err != nil {
-		return 0, nil, err
-	}
-	req.Header.Set("Authorization", "Bearer "+c.key)
 	reqID := fmt.Sprintf("e2e-sess-%d", sessReqs.Add(1))
-	req.Header.Set("X-Request-Id", reqID)
-	resp, err := httpClient.Do(req)
-	if err != nil {
+	res, err := e2e.Client{URL: c.base(), Key: c.key}.Do(context.Background(), e2e.Request{Method: method, Path: path, Body: raw, ID: reqID})
+	if res == nil || res.Status == 0 {
 		return 0, nil, err
 	}
-	defer resp.Body.Close()
-	raw, err := io.ReadAll(resp.Body)
 	if c.t.Failed() {
-		c.t.Logf("sandboxd log of %s:\n%s", reqID, c.log.Grep([]string{reqID}, 10))
+		c.t.Logf("sandboxd log of %s:\n%s", reqID, e2e.Grep(c.log.String(), 10, reqID))
 	}
-	return resp.StatusCode, raw, err
+	return res.Status, res.Body, err
 }
 
 func (c *sessClient) create(body string) *sessionInfo {
@@ -168,14 +161,14 @@ func (c *sessClient) exec(id, code string, extra ...any) *sessionExecResponse {
 	}
 	status, raw := c.do("POST", "/sessions/"+id+"/exec", body)
 	if status != http.StatusOK {
-		c.t.Fatalf("POST /sessions/%s/exec %q: %d %s", id, code, status, clip(raw, 2000))
+		c.t.Fatalf("POST /sessions/%s/exec %q: %d %s", id, code, status, e2e.Clip(raw, 2000))
 	}
 	var r sessionExecResponse
 	if err := json.Unmarshal(raw, &r); err != nil {
-		c.t.Fatalf("exec response: %v %s", err, clip(raw, 2000))
+		c.t.Fatalf("exec response: %v %s", err, e2e.Clip(raw, 2000))
 	}
 	if r.SessionID != id || r.ID == "" || !strings.HasPrefix(r.ID, "ex_") {
-		c.t.Fatalf("exec response names session %q, call %q: %s", r.SessionID, r.ID, clip(raw, 1000))
+		c.t.Fatalf("exec response names session %q, call %q: %s", r.SessionID, r.ID, e2e.Clip(raw, 1000))
 	}
 	return &r
 }
@@ -246,7 +239,7 @@ func TestSessionStatePersists(t *testing.T) {
 	if r.Status != "ok" || r.Stdout != "hello\n" || r.repr() != "42" || r.StateLost || r.SessionState != "ready" {
 		t.Fatalf("first call: %+v", r)
 	}
-	if f := r.file("first.txt"); f == nil || string(unb64(t, f.Content)) != "one" {
+	if f := r.File("first.txt"); f == nil || string(unb64(t, f.Content)) != "one" {
 		t.Fatalf("first call's file in out/: %+v", r.Files)
 	}
 	// Globals, imports and files persist; only new or changed out/ files
@@ -271,7 +264,7 @@ func TestSessionStatePersists(t *testing.T) {
 		t.Fatalf("uploaded file: %+v", r)
 	}
 	code, raw = c.do("GET", "/sessions/"+s.ID+"/files/out%2Fsum.txt", nil)
-	var f outFile
+	var f e2e.OutFile
 	if code != 200 || json.Unmarshal(raw, &f) != nil || string(unb64(t, f.Content)) != "3" {
 		t.Fatalf("GET file: %d %s", code, raw)
 	}
@@ -312,14 +305,14 @@ func TestSessionStatePersists(t *testing.T) {
 		}
 	}
 	if n != 5 {
-		t.Fatalf("%d audit records for the session's 5 calls: %s", n, clip(raw, 3000))
+		t.Fatalf("%d audit records for the session's 5 calls: %s", n, e2e.Clip(raw, 3000))
 	}
 
 	code, raw = c.do("DELETE", "/sessions/"+s.ID, nil)
 	if code != 200 || !strings.Contains(string(raw), `"state":"ended"`) {
 		t.Fatalf("DELETE: %d %s", code, raw)
 	}
-	waitSandboxGone(t, s.SandboxID, removalTimeout)
+	waitSandboxGone(t, s.SandboxID, e2e.RemovalTimeout)
 	if code, raw := c.do("POST", "/sessions/"+s.ID+"/exec", map[string]any{"code": "x"}); code != 409 || !strings.Contains(string(raw), "SESSION_ENDED") {
 		t.Fatalf("a call after DELETE: %d %s", code, raw)
 	}
@@ -465,7 +458,7 @@ func TestSessionOOMEndsTheSession(t *testing.T) {
 	if g := c.get(s.ID); g.State != "ended" || !strings.Contains(g.EndReason, "memory") {
 		t.Fatalf("after the OOM kill: %+v", g)
 	}
-	waitSandboxGone(t, s.SandboxID, removalTimeout)
+	waitSandboxGone(t, s.SandboxID, e2e.RemovalTimeout)
 
 	// A thread the code left running hits the limit between calls: the
 	// session ends all the same.
@@ -485,7 +478,7 @@ func TestSessionOOMEndsTheSession(t *testing.T) {
 	if g := c.get(s.ID); !strings.Contains(g.EndReason, "memory limit between calls") {
 		t.Fatalf("end reason %q", g.EndReason)
 	}
-	waitSandboxGone(t, s.SandboxID, removalTimeout)
+	waitSandboxGone(t, s.SandboxID, e2e.RemovalTimeout)
 }
 
 func TestSessionIdleTimeoutRemovesTheContainer(t *testing.T) {
@@ -505,7 +498,7 @@ func TestSessionIdleTimeoutRemovesTheContainer(t *testing.T) {
 	if g := c.get(s.ID); !strings.Contains(g.EndReason, "idle") {
 		t.Fatalf("end reason: %q", g.EndReason)
 	}
-	waitSandboxGone(t, s.SandboxID, removalTimeout)
+	waitSandboxGone(t, s.SandboxID, e2e.RemovalTimeout)
 	if code, raw := c.do("POST", "/sessions", `{"idle_timeout_s":100000}`); code != 400 || !strings.Contains(string(raw), "idle_timeout_s") {
 		t.Fatalf("idle timeout over the profile's: %d %s", code, raw)
 	}
@@ -515,18 +508,17 @@ func TestSessionIdleTimeoutRemovesTheContainer(t *testing.T) {
 // tenants (acme has two keys) and a tenants file.
 func sessionServer(t *testing.T, tenants string) (*ctlServer, map[string]string) {
 	t.Helper()
-	s := &ctlServer{t: t, dataDir: t.TempDir(), keysDir: t.TempDir(), tenants: tenants, agent: newKey(), admin: newKey(), log: &logBuffer{}}
+	s := &ctlServer{t: t, dataDir: t.TempDir(), keysDir: t.TempDir(), tenants: tenants, agent: newKey(), admin: newKey(), log: &logbuf.Buffer{}}
 	keys := map[string]string{"acme-1": s.agent, "acme-2": newKey(), "globex-1": newKey(), "ops": s.admin}
-	var b strings.Builder
-	b.WriteString("keys:\n")
+	var entries []e2e.Key
 	for _, id := range []string{"acme-1", "acme-2", "globex-1", "ops"} {
-		tenant, roles := strings.Split(id, "-")[0], "[agent]"
+		tenant, roles := strings.Split(id, "-")[0], []string{"agent"}
 		if id == "ops" {
-			roles = "[admin]"
+			roles = []string{"admin"}
 		}
-		fmt.Fprintf(&b, "  - id: %s\n    tenant: %s\n    key_sha256: %s\n    roles: %s\n", id, tenant, sha256Hex(keys[id]), roles)
+		entries = append(entries, e2e.Key{ID: id, Tenant: tenant, Roles: roles, Secret: keys[id]})
 	}
-	s.launch(b.String())
+	s.launch(e2e.KeysYAML(entries...))
 	return s, keys
 }
 
@@ -599,7 +591,7 @@ func TestSessionIsolationCapFreezeAndOrphans(t *testing.T) {
 		if g := x.c.get(x.si.ID); !strings.Contains(g.EndReason, "frozen") {
 			t.Errorf("end reason at the freeze: %q", g.EndReason)
 		}
-		waitSandboxGone(t, x.si.SandboxID, removalTimeout)
+		waitSandboxGone(t, x.si.SandboxID, e2e.RemovalTimeout)
 	}
 	if code, raw := owner.do("POST", "/sessions", `{}`); code != 503 || !strings.Contains(string(raw), "FROZEN") {
 		t.Fatalf("a session while frozen: %d %s", code, raw)
@@ -619,7 +611,7 @@ func TestSessionIsolationCapFreezeAndOrphans(t *testing.T) {
 	s4 := owner.create(`{}`)
 	owner.exec(s4.ID, "x = 4")
 	srv.stop()
-	waitSandboxGone(t, s4.SandboxID, removalTimeout)
+	waitSandboxGone(t, s4.SandboxID, e2e.RemovalTimeout)
 }
 
 // TestSessionsMemory opens 20 sessions of the default profile at once and
@@ -758,7 +750,7 @@ func TestSessionLatency(t *testing.T) {
 // BenchmarkSessionCall: a trivial call in a warm session through the API
 // (go test -bench SessionCall ./tests/).
 func BenchmarkSessionCall(b *testing.B) {
-	c := &sessClient{t: b, base: func() string { return baseURL }, key: agentKey, log: serverLog}
+	c := &sessClient{t: b, base: func() string { return srv.URL }, key: agentKey, log: srv.Log}
 	code, raw := c.do("POST", "/sessions", `{}`)
 	var s sessionInfo
 	if code != http.StatusCreated || json.Unmarshal(raw, &s) != nil {
@@ -776,7 +768,7 @@ func BenchmarkSessionCall(b *testing.B) {
 
 // BenchmarkSessionStart: starting a session (and ending it, off the clock).
 func BenchmarkSessionStart(b *testing.B) {
-	c := &sessClient{t: b, base: func() string { return baseURL }, key: agentKey, log: serverLog}
+	c := &sessClient{t: b, base: func() string { return srv.URL }, key: agentKey, log: srv.Log}
 	var ids []string
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {

@@ -6,6 +6,8 @@ import (
 	"net/http"
 	"strings"
 	"testing"
+
+	"github.com/sandboxd/sandboxd/internal/e2e"
 )
 
 func TestValidationErrors(t *testing.T) {
@@ -26,22 +28,22 @@ func TestValidationErrors(t *testing.T) {
 		{"wrong type for limits", `{"language":"python","code":"1","limits":{"memory_mb":"lots"}}`, "*", "memory_mb"},
 		{"missing code", `{"language":"python"}`, "code", "code"},
 		{"missing language", `{"code":"print(1)"}`, "language", "python"},
-		{"unknown language", execRequest{Language: "ruby", Code: "puts 1"}, "language", "ruby"},
-		{"unknown profile", execRequest{Language: "python", Code: "1", Profile: "no-such-profile"}, "profile", "no-such-profile"},
-		{"bad env name lowercase", execRequest{Language: "python", Code: "1", Env: map[string]string{"lower": "x"}}, "env*", "lower"},
-		{"bad env name with dash", execRequest{Language: "python", Code: "1", Env: map[string]string{"A-B": "x"}}, "env*", "A-B"},
-		{"bad env name leading digit", execRequest{Language: "python", Code: "1", Env: map[string]string{"1A": "x"}}, "env*", "1A"},
-		{"reserved env PATH", execRequest{Language: "python", Code: "1", Env: map[string]string{"PATH": "/tmp"}}, "env*", "PATH"},
-		{"reserved env HOME", execRequest{Language: "python", Code: "1", Env: map[string]string{"HOME": "/"}}, "env*", "HOME"},
-		{"reserved env PYTHONPATH", execRequest{Language: "python", Code: "1", Env: map[string]string{"PYTHONPATH": "/tmp"}}, "env*", "PYTHONPATH"},
-		{"reserved env LD_PRELOAD", execRequest{Language: "python", Code: "1", Env: map[string]string{"LD_PRELOAD": "/tmp/x.so"}}, "env*", "LD_PRELOAD"},
-		{"path traversal", execRequest{Language: "python", Code: "1", Files: []inFile{{Path: "../etc/cron.d/x", Content: b64("x")}}}, "files[0].path", ".."},
-		{"path traversal inside", execRequest{Language: "python", Code: "1", Files: []inFile{{Path: "ok.txt", Content: b64("x")}, {Path: "a/../../x", Content: b64("x")}}}, "files[1].path", ".."},
-		{"absolute path", execRequest{Language: "python", Code: "1", Files: []inFile{{Path: "/etc/passwd", Content: b64("x")}}}, "files[0].path", "absolute"},
-		{"bad base64", execRequest{Language: "python", Code: "1", Files: []inFile{{Path: "a.txt", Content: "not base64!"}}}, "files[0].content", "base64"},
-		{"code too large", execRequest{Language: "python", Code: strings.Repeat("#", 2<<20)}, "code", ""},
-		{"limit below the floor", execRequest{Language: "python", Code: "1", Limits: map[string]any{"memory_mb": 1}}, "limits.memory_mb", ""},
-		{"negative limit", execRequest{Language: "python", Code: "1", Limits: map[string]any{"timeout_ms": -5}}, "limits.timeout_ms", ""},
+		{"unknown language", e2e.ExecRequest{Language: "ruby", Code: "puts 1"}, "language", "ruby"},
+		{"unknown profile", e2e.ExecRequest{Language: "python", Code: "1", Profile: "no-such-profile"}, "profile", "no-such-profile"},
+		{"bad env name lowercase", e2e.ExecRequest{Language: "python", Code: "1", Env: map[string]string{"lower": "x"}}, "env*", "lower"},
+		{"bad env name with dash", e2e.ExecRequest{Language: "python", Code: "1", Env: map[string]string{"A-B": "x"}}, "env*", "A-B"},
+		{"bad env name leading digit", e2e.ExecRequest{Language: "python", Code: "1", Env: map[string]string{"1A": "x"}}, "env*", "1A"},
+		{"reserved env PATH", e2e.ExecRequest{Language: "python", Code: "1", Env: map[string]string{"PATH": "/tmp"}}, "env*", "PATH"},
+		{"reserved env HOME", e2e.ExecRequest{Language: "python", Code: "1", Env: map[string]string{"HOME": "/"}}, "env*", "HOME"},
+		{"reserved env PYTHONPATH", e2e.ExecRequest{Language: "python", Code: "1", Env: map[string]string{"PYTHONPATH": "/tmp"}}, "env*", "PYTHONPATH"},
+		{"reserved env LD_PRELOAD", e2e.ExecRequest{Language: "python", Code: "1", Env: map[string]string{"LD_PRELOAD": "/tmp/x.so"}}, "env*", "LD_PRELOAD"},
+		{"path traversal", e2e.ExecRequest{Language: "python", Code: "1", Files: []e2e.InFile{{Path: "../etc/cron.d/x", Content: b64("x")}}}, "files[0].path", ".."},
+		{"path traversal inside", e2e.ExecRequest{Language: "python", Code: "1", Files: []e2e.InFile{{Path: "ok.txt", Content: b64("x")}, {Path: "a/../../x", Content: b64("x")}}}, "files[1].path", ".."},
+		{"absolute path", e2e.ExecRequest{Language: "python", Code: "1", Files: []e2e.InFile{{Path: "/etc/passwd", Content: b64("x")}}}, "files[0].path", "absolute"},
+		{"bad base64", e2e.ExecRequest{Language: "python", Code: "1", Files: []e2e.InFile{{Path: "a.txt", Content: "not base64!"}}}, "files[0].content", "base64"},
+		{"code too large", e2e.ExecRequest{Language: "python", Code: strings.Repeat("#", 2<<20)}, "code", ""},
+		{"limit below the floor", e2e.ExecRequest{Language: "python", Code: "1", Limits: map[string]any{"memory_mb": 1}}, "limits.memory_mb", ""},
+		{"negative limit", e2e.ExecRequest{Language: "python", Code: "1", Limits: map[string]any{"timeout_ms": -5}}, "limits.timeout_ms", ""},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			c := newTC(t)
@@ -55,7 +57,7 @@ func TestValidationErrors(t *testing.T) {
 			}
 			msg := wantError(t, res, http.StatusBadRequest, "VALIDATION", field)
 			if strings.HasSuffix(tt.field, "*") && tt.field != "*" && msg != "" {
-				var e apiError
+				var e e2e.ErrorBody
 				_ = json.Unmarshal(res.Body, &e)
 				if prefix := strings.TrimSuffix(tt.field, "*"); e.Error == nil || !strings.HasPrefix(e.Error.Field, prefix) {
 					t.Errorf("error field should start with %q\n%s", prefix, res)
@@ -113,7 +115,7 @@ func TestAuth(t *testing.T) {
 	})
 	t.Run("admin key may exec", func(t *testing.T) {
 		c := newTC(t)
-		res := c.postCtx(context.Background(), adminKey, py("print('admin')"))
+		res := c.postCtx(context.Background(), adminKey, e2e.Py("print('admin')"))
 		r := c.decodeExec(res)
 		if r.Status != "ok" || r.Stdout != "admin\n" {
 			t.Errorf("status %q stdout %q\n%s", r.Status, r.Stdout, res)
@@ -130,7 +132,7 @@ func TestAuth(t *testing.T) {
 			t.Skipf("403 cannot be tested: sandboxd refuses a key with roles: [] at start-up (%s), and no other key lacks the agent role (admin holds every role)", noRoleRefuse)
 		}
 		c := newTC(t)
-		res := c.postCtx(context.Background(), noRoleKey, py("print(1)"))
+		res := c.postCtx(context.Background(), noRoleKey, e2e.Py("print(1)"))
 		wantError(t, res, http.StatusForbidden, "FORBIDDEN", "*")
 	})
 }

@@ -12,13 +12,9 @@ package main
 // and network at shutdown, and the cleanup checks that it did.
 
 import (
-	"bytes"
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"fmt"
-	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -34,12 +30,11 @@ import (
 	"time"
 
 	"github.com/docker/docker/api/types/container"
-	"github.com/docker/docker/api/types/filters"
 	"github.com/docker/docker/api/types/network"
 	"github.com/docker/docker/client"
 
-	"github.com/sandboxd/sandboxd/api"
 	"github.com/sandboxd/sandboxd/egress/egresstest"
+	"github.com/sandboxd/sandboxd/internal/e2e"
 	"github.com/sandboxd/sandboxd/internal/forensics/audit"
 	"github.com/sandboxd/sandboxd/internal/logbuf"
 	"github.com/sandboxd/sandboxd/runner"
@@ -187,9 +182,8 @@ func startEgressServer(t *testing.T) *egressEnv {
 	writeFile(t, filepath.Join(e.profiles, "egress/test-mirror.yaml"), e.mirrorProfile("mirror.sandboxd.test"))
 
 	e.key = "sbxtest_" + strconv.FormatInt(time.Now().UnixNano(), 16)
-	sum := sha256.Sum256([]byte(e.key))
 	keys := filepath.Join(tmp, "keys.yaml")
-	writeFile(t, keys, fmt.Sprintf("keys:\n  - id: agent-1\n    tenant: acme\n    key_sha256: %s\n    roles: [agent]\n", hex.EncodeToString(sum[:])))
+	writeFile(t, keys, e2e.KeysYAML(e2e.Key{ID: "agent-1", Tenant: "acme", Roles: []string{"agent"}, Secret: e.key}))
 
 	dataDir := filepath.Join(tmp, "data")
 	e.dataDir = dataDir
@@ -208,7 +202,7 @@ func startEgressServer(t *testing.T) *egressEnv {
 	})
 	e.base = runServe(t, cfg, e.log, e.resolver, func() { e.checkTornDown(cli) })
 	if len(e.log.Records("egress network up")) != 1 {
-		t.Fatalf("the egress network is not up:\n%s", tail(e.log.String(), 30))
+		t.Fatalf("the egress network is not up:\n%s", e.log.Tail(30))
 	}
 	return e
 }
@@ -229,18 +223,13 @@ func writeFile(t *testing.T, path, content string) {
 	}
 }
 
-func tail(s string, n int) string {
-	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
-	return strings.Join(lines[max(0, len(lines)-n):], "\n")
-}
-
 // checkTornDown requires that sandboxd removed its containers, its egress
 // network and its firewall chain, and removes whatever is left.
 func (e *egressEnv) checkTornDown(cli *client.Client) {
 	t := e.t
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	list, _ := cli.ContainerList(ctx, container.ListOptions{All: true, Filters: filters.NewArgs(filters.Arg("label", runner.LabelInstance+"="+e.instance))})
+	list, _ := e2e.ListContainers(ctx, cli, e2e.Instance(e.instance))
 	if len(list) > 0 {
 		t.Errorf("%d containers of the instance remain after shutdown", len(list))
 		for _, c := range list {
@@ -266,28 +255,24 @@ func (e *egressEnv) checkTornDown(cli *client.Client) {
 }
 
 // tryExec runs code under profile and returns the response.
-func (e *egressEnv) tryExec(profile, code string) (*api.ExecResponse, error) {
-	body, _ := json.Marshal(map[string]any{"language": "python", "code": code, "profile": profile})
-	req, _ := http.NewRequest(http.MethodPost, e.base+"/exec", bytes.NewReader(body))
-	req.Header.Set("Authorization", "Bearer "+e.key)
-	req.Header.Set("Content-Type", "application/json")
-	resp, err := (&http.Client{Timeout: 90 * time.Second}).Do(req)
+func (e *egressEnv) tryExec(profile, code string) (*e2e.ExecResponse, error) {
+	req := e2e.Py(code)
+	req.Profile = profile
+	res, err := e2e.Client{URL: e.base, Key: e.key}.Exec(context.Background(), req, "")
 	if err != nil {
 		return nil, fmt.Errorf("POST /exec: %v", err)
 	}
-	defer resp.Body.Close()
-	data, _ := io.ReadAll(resp.Body)
-	if resp.StatusCode != http.StatusOK {
-		return nil, fmt.Errorf("POST /exec (profile %s): %d %s", profile, resp.StatusCode, data)
+	if res.Status != http.StatusOK {
+		return nil, fmt.Errorf("POST /exec (profile %s): %d %s", profile, res.Status, res.Body)
 	}
-	var r api.ExecResponse
-	if err := json.Unmarshal(data, &r); err != nil {
+	var r e2e.ExecResponse
+	if err := json.Unmarshal(res.Body, &r); err != nil {
 		return nil, err
 	}
 	return &r, nil
 }
 
-func (e *egressEnv) exec(t *testing.T, profile, code string) *api.ExecResponse {
+func (e *egressEnv) exec(t *testing.T, profile, code string) *e2e.ExecResponse {
 	t.Helper()
 	r, err := e.tryExec(profile, code)
 	if err != nil {
@@ -297,7 +282,7 @@ func (e *egressEnv) exec(t *testing.T, profile, code string) *api.ExecResponse {
 }
 
 // execJSON runs code that prints one JSON object and decodes it.
-func (e *egressEnv) execJSON(t *testing.T, profile, code string) (*api.ExecResponse, map[string]any) {
+func (e *egressEnv) execJSON(t *testing.T, profile, code string) (*e2e.ExecResponse, map[string]any) {
 	t.Helper()
 	r := e.exec(t, profile, code)
 	var out map[string]any
@@ -503,7 +488,7 @@ print(json.dumps(out))
 			}
 		}
 		if !allowed || !denied {
-			t.Errorf("decision lines for %s: allowed %v denied %v\n%s", r.ID, allowed, denied, tail(e.log.String(), 20))
+			t.Errorf("decision lines for %s: allowed %v denied %v\n%s", r.ID, allowed, denied, e.log.Tail(20))
 		}
 		select {
 		case a := <-e.accepted:
@@ -618,22 +603,18 @@ print(json.dumps(out))
 		e.resolver.Set("gw.sandboxd.test", gateway)
 		writeFile(t, filepath.Join(e.profiles, "egress/loop.yaml"), fmt.Sprintf(
 			"name: loop\nallow:\n  - hosts: [gw.sandboxd.test]\n    ports: [%s]\nallow_cidrs: [\"%s/32\"]\n", proxyPort, gateway))
-		body, _ := json.Marshal(map[string]any{"url": "http://gw.sandboxd.test:" + proxyPort + "/", "profile": "loop"})
+		body := e2e.JSON(map[string]any{"url": "http://gw.sandboxd.test:" + proxyPort + "/", "profile": "loop"})
 		deadline := time.Now().Add(20 * time.Second)
 		for {
-			req, _ := http.NewRequest(http.MethodPost, e.base+"/fetch", bytes.NewReader(body))
-			req.Header.Set("Authorization", "Bearer "+e.key)
-			resp, err := http.DefaultClient.Do(req)
+			res, err := e2e.Client{URL: e.base, Key: e.key}.Do(context.Background(), e2e.Request{Method: http.MethodPost, Path: "/fetch", Body: body})
 			if err != nil {
 				t.Fatal(err)
 			}
-			data, _ := io.ReadAll(resp.Body)
-			resp.Body.Close()
-			if resp.StatusCode == 403 && strings.Contains(string(data), "own listening address") {
+			if res.Status == 403 && strings.Contains(string(res.Body), "own listening address") {
 				break
 			}
-			if resp.StatusCode != 400 || time.Now().After(deadline) { // 400: the profile is not loaded yet
-				t.Fatalf("fetch of the proxy's address: %d %s", resp.StatusCode, data)
+			if res.Status != 400 || time.Now().After(deadline) { // 400: the profile is not loaded yet
+				t.Fatalf("fetch of the proxy's address: %d %s", res.Status, res.Body)
 			}
 			time.Sleep(300 * time.Millisecond)
 		}
@@ -709,7 +690,7 @@ func (e *egressEnv) waitVersion(t *testing.T, profile, old string) string {
 			return r.Profile.Version
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("profile %s still reports version %s 15 s after its file changed\n%s", profile, old, tail(e.log.String(), 20))
+			t.Fatalf("profile %s still reports version %s 15 s after its file changed\n%s", profile, old, e.log.Tail(20))
 		}
 		time.Sleep(300 * time.Millisecond)
 	}
@@ -724,7 +705,7 @@ func (e *egressEnv) waitLog(t *testing.T, msg string, n int) map[string]any {
 			return lines[len(lines)-1]
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("no new %q log line within 10 s\n%s", msg, tail(e.log.String(), 20))
+			t.Fatalf("no new %q log line within 10 s\n%s", msg, e.log.Tail(20))
 		}
 		time.Sleep(100 * time.Millisecond)
 	}

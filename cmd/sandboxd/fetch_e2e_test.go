@@ -9,12 +9,9 @@ import (
 	"bytes"
 	"compress/gzip"
 	"context"
-	"crypto/sha256"
 	"encoding/base64"
-	"encoding/hex"
 	"encoding/json"
 	"fmt"
-	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -31,6 +28,7 @@ import (
 
 	"github.com/sandboxd/sandboxd/api"
 	"github.com/sandboxd/sandboxd/egress/egresstest"
+	"github.com/sandboxd/sandboxd/internal/e2e"
 	"github.com/sandboxd/sandboxd/internal/forensics/audit"
 	"github.com/sandboxd/sandboxd/internal/logbuf"
 )
@@ -52,15 +50,6 @@ var (
 	e2eToken = "ghp_" + strings.Repeat("Zq8Xw3", 6)
 	e2eAWS   = "AKIA" + "QYLPMN5HKRW7TXZ4"
 )
-
-func freePort(t *testing.T) int {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port
-}
 
 func startFetchEnv(t *testing.T) *fetchEnv {
 	t.Helper()
@@ -90,7 +79,10 @@ func startFetchEnv(t *testing.T) *fetchEnv {
 	t.Cleanup(up.Close)
 	e.upPort = up.Listener.Addr().(*net.TCPAddr).Port
 
-	apiPort := freePort(t)
+	apiPort, err := e2e.FreePort()
+	if err != nil {
+		t.Fatal(err)
+	}
 	tmp := t.TempDir()
 	profilesDir := filepath.Join(tmp, "profiles")
 	for _, f := range []string{"exec/default.yaml", "seccomp/default.json"} {
@@ -127,12 +119,11 @@ redact:
 	writeFile(t, filepath.Join(profilesDir, "datasets/secret.yaml"), "name: secret\npath: "+secret+"\ntenants: [other]\n")
 	e.key = "sbxtest_" + strconv.FormatInt(time.Now().UnixNano(), 16)
 	e.rev = e.key + "rev"
-	sum := sha256.Sum256([]byte(e.key))
-	revSum := sha256.Sum256([]byte(e.rev))
 	keys := filepath.Join(tmp, "keys.yaml")
 	e.keys = keys
-	writeFile(t, keys, fmt.Sprintf("keys:\n  - id: agent-1\n    tenant: acme\n    key_sha256: %s\n    roles: [agent]\n  - id: rev-1\n    tenant: acme\n    key_sha256: %s\n    roles: [reviewer]\n",
-		hex.EncodeToString(sum[:]), hex.EncodeToString(revSum[:])))
+	writeFile(t, keys, e2e.KeysYAML(
+		e2e.Key{ID: "agent-1", Tenant: "acme", Roles: []string{"agent"}, Secret: e.key},
+		e2e.Key{ID: "rev-1", Tenant: "acme", Roles: []string{"reviewer"}, Secret: e.rev}))
 	e.data = filepath.Join(tmp, "data")
 	cfg := &serveConfig{
 		addr: "127.0.0.1:" + strconv.Itoa(apiPort), dataDir: e.data, profilesDir: profilesDir, keysFile: keys,
@@ -150,35 +141,35 @@ redact:
 
 func (e *fetchEnv) post(path string, body any) (int, map[string]any, []byte) {
 	e.t.Helper()
-	b, _ := json.Marshal(body)
-	req, _ := http.NewRequest(http.MethodPost, e.base+path, bytes.NewReader(b))
-	req.Header.Set("Authorization", "Bearer "+e.key)
-	req.Header.Set("Content-Type", "application/json")
-	resp, err := http.DefaultClient.Do(req)
+	res, err := e2e.Client{URL: e.base, Key: e.key}.Do(context.Background(), e2e.Request{Method: http.MethodPost, Path: path, Body: e2e.JSON(body), Header: e2e.JSONHeader})
 	if err != nil {
 		e.t.Fatal(err)
 	}
-	defer resp.Body.Close()
-	raw, _ := io.ReadAll(resp.Body)
 	var m map[string]any
-	_ = json.Unmarshal(raw, &m)
-	return resp.StatusCode, m, raw
+	_ = json.Unmarshal(res.Body, &m)
+	return res.Status, m, res.Body
+}
+
+// status returns the status of GET path with key.
+func (e *fetchEnv) status(key, path string) (int, []byte) {
+	e.t.Helper()
+	res, err := e2e.Client{URL: e.base, Key: key}.Get(context.Background(), path)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return res.Status, res.Body
 }
 
 func (e *fetchEnv) get(key, path string, want int) ([]byte, http.Header) {
 	e.t.Helper()
-	req, _ := http.NewRequest(http.MethodGet, e.base+path, nil)
-	req.Header.Set("Authorization", "Bearer "+key)
-	resp, err := http.DefaultClient.Do(req)
+	res, err := e2e.Client{URL: e.base, Key: key}.Get(context.Background(), path)
 	if err != nil {
 		e.t.Fatal(err)
 	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
-	if resp.StatusCode != want {
-		e.t.Fatalf("GET %s: %d, want %d: %s", path, resp.StatusCode, want, b)
+	if res.Status != want {
+		e.t.Fatalf("GET %s: %d, want %d: %s", path, res.Status, want, res.Body)
 	}
-	return b, resp.Header
+	return res.Body, res.Header
 }
 
 func TestFetchEndToEnd(t *testing.T) {
@@ -251,15 +242,10 @@ func TestFetchEndToEnd(t *testing.T) {
 		t.Fatalf("the token reached the log:\n%s", e.log.String())
 	}
 	if len(e.log.Records("egress")) < 4 {
-		t.Fatalf("want a decision line per hop:\n%s", tail(e.log.String(), 30))
+		t.Fatalf("want a decision line per hop:\n%s", e.log.Tail(30))
 	}
 	// Metrics: fetches by outcome, decisions by profile, verdict and code.
-	resp2, err := http.Get(e.base + "/metrics")
-	if err != nil {
-		t.Fatal(err)
-	}
-	metrics, _ := io.ReadAll(resp2.Body)
-	resp2.Body.Close()
+	_, metrics := e.status("", "/metrics")
 	for _, want := range []string{
 		`sandboxd_egress_decisions_total{code="allowed",profile="pages",verdict="allow"}`,
 		`sandboxd_egress_decisions_total{code="denied_address",profile="pages",verdict="deny"} 1`,
@@ -395,7 +381,7 @@ func TestExecStreamEndToEnd(t *testing.T) {
 	if stdout.String() != "first\nsecond\n" || strings.Contains(stderr.String(), e2eToken) || !strings.Contains(stderr.String(), "[REDACTED:") {
 		t.Fatalf("streamed stdout %q stderr %q", stdout.String(), stderr.String())
 	}
-	var res api.ExecResponse
+	var res e2e.ExecResponse
 	if err := json.Unmarshal([]byte(result.data), &res); err != nil || res.Status != "ok" || res.Stdout != "first\nsecond\n" {
 		t.Fatalf("result event: %v %s", err, result.data)
 	}
@@ -507,25 +493,18 @@ except OSError as e:
 func TestKeysReloadEndToEnd(t *testing.T) {
 	e := startFetchEnv(t)
 	newKey := e.key + "new"
-	sum := sha256.Sum256([]byte(newKey))
-	revSum := sha256.Sum256([]byte(e.rev))
 	// agent-1 is rotated out, agent-2 in; the reviewer stays.
-	writeFile(t, e.keys, fmt.Sprintf("keys:\n  - id: agent-2\n    tenant: acme\n    key_sha256: %s\n    roles: [agent]\n  - id: rev-1\n    tenant: acme\n    key_sha256: %s\n    roles: [reviewer]\n",
-		hex.EncodeToString(sum[:]), hex.EncodeToString(revSum[:])))
+	writeFile(t, e.keys, e2e.KeysYAML(
+		e2e.Key{ID: "agent-2", Tenant: "acme", Roles: []string{"agent"}, Secret: newKey},
+		e2e.Key{ID: "rev-1", Tenant: "acme", Roles: []string{"reviewer"}, Secret: e.rev}))
 	status := func(key string) int {
-		req, _ := http.NewRequest(http.MethodGet, e.base+"/usage?session=s", nil)
-		req.Header.Set("Authorization", "Bearer "+key)
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		resp.Body.Close()
-		return resp.StatusCode
+		code, _ := e.status(key, "/usage?session=s")
+		return code
 	}
 	deadline := time.Now().Add(15 * time.Second)
 	for status(newKey) != 200 {
 		if time.Now().After(deadline) {
-			t.Fatalf("the new key was not loaded:\n%s", tail(e.log.String(), 20))
+			t.Fatalf("the new key was not loaded:\n%s", e.log.Tail(20))
 		}
 		time.Sleep(200 * time.Millisecond)
 	}

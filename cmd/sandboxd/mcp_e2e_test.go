@@ -174,14 +174,7 @@ func TestMCPEndToEnd(t *testing.T) {
 			t.Fatal("sandboxd mcp did not exit when stdin closed")
 		}
 		// The --session header reached the service.
-		req, _ := http.NewRequest(http.MethodGet, e.base+"/usage?session=stdio-e2e", nil)
-		req.Header.Set("Authorization", "Bearer "+e.key)
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		body, _ := io.ReadAll(resp.Body)
-		resp.Body.Close()
+		_, body := e.status(e.key, "/usage?session=stdio-e2e")
 		if !strings.Contains(string(body), `"execs":2`) {
 			t.Fatalf("usage of the stdio session: %s", body)
 		}

@@ -37,7 +37,7 @@ func runServe(t *testing.T, cfg *serveConfig, logs *logbuf.Buffer, resolver egre
 			afterStop()
 		}
 		if t.Failed() {
-			t.Logf("sandboxd log:\n%s", tail(logs.String(), 60))
+			t.Logf("sandboxd log:\n%s", logs.Tail(60))
 		}
 	})
 	select {

@@ -5,6 +5,14 @@
 // machine's engine. Needs root, /usr/sbin/dockerd and the sandbox image in
 // the machine's engine (`make image`); a missing piece fails the test with
 // a message saying what to do, nothing is skipped.
+//
+// The private engine runs in a network namespace of its own (with only a
+// loopback): started in the machine's, a dockerd with --bridge=none deletes
+// the machine's docker0 and so breaks the machine's engine's networking.
+// It needs no network: it serves on a unix socket, which works across
+// network namespaces, and the sandboxes run with network none. TestMain
+// checks that the machine's interfaces, engine networks and engine
+// configuration are the same after the suite as before.
 package engine
 
 import (
@@ -28,13 +36,21 @@ import (
 	"time"
 
 	"github.com/docker/docker/api/types/container"
-	"github.com/docker/docker/api/types/filters"
 	"github.com/docker/docker/client"
+
+	"github.com/sandboxd/sandboxd/internal/e2e"
 )
 
 // dockerdBin is the engine binary the machine runs; the private engine is
 // the same binary.
 const dockerdBin = "/usr/sbin/dockerd"
+
+// Tools of the private engine's network namespace (util-linux, iproute2).
+const (
+	unshareBin = "/usr/bin/unshare"
+	nsenterBin = "/usr/bin/nsenter"
+	ipBin      = "/usr/sbin/ip"
+)
 
 // Engine timing budgets, generous for a busy 2-core machine.
 const (
@@ -65,6 +81,9 @@ type privateEngine struct {
 	cgroup string
 	// lock is held while the engine's directory is in use (sweepStale).
 	lock *os.File
+	// netns is the network namespace dockerd runs in (dir/netns, a bind
+	// mount of it that lives over restarts until scrub unmounts it).
+	netns string
 
 	cmd    *exec.Cmd
 	exited chan struct{} // closed when cmd has exited (nil: never started)
@@ -82,13 +101,16 @@ func newPrivateEngine(t *testing.T) *privateEngine {
 	if err != nil {
 		t.Fatalf("creating the private engine's directory: %v", err)
 	}
-	e := &privateEngine{t: t, dir: dir, sock: filepath.Join(dir, "docker.sock"), log: filepath.Join(dir, "dockerd.log"), cgroup: filepath.Base(dir)}
+	e := &privateEngine{t: t, dir: dir, sock: filepath.Join(dir, "docker.sock"), log: filepath.Join(dir, "dockerd.log"), cgroup: filepath.Base(dir), netns: filepath.Join(dir, "netns")}
 	t.Cleanup(e.destroy)
 	if e.lock, err = lockDir(dir, true); err != nil {
 		t.Fatalf("locking %s: %v", dir, err)
 	}
 	if longest := filepath.Join(dir, "exec", "containerd", "containerd.sock.ttrpc"); len(longest) > 100 {
 		t.Fatalf("the private engine's socket path %s is too long for a unix socket", longest)
+	}
+	if err := newNetns(e.netns); err != nil {
+		t.Fatalf("the private engine's network namespace: %v", err)
 	}
 	config := filepath.Join(dir, "daemon.json")
 	if err := os.WriteFile(config, []byte("{}\n"), 0o600); err != nil {
@@ -131,7 +153,9 @@ func (e *privateEngine) start(t *testing.T) time.Duration {
 	}
 	defer logf.Close()
 	fmt.Fprintf(logf, "\n===== test: starting dockerd at %s\n", time.Now().Format(time.RFC3339Nano))
-	cmd := exec.Command(dockerdBin, e.args...)
+	// nsenter joins the engine's network namespace and execs dockerd (no
+	// fork: cmd's process is dockerd).
+	cmd := exec.Command(nsenterBin, append([]string{"--net=" + e.netns, "--", dockerdBin}, e.args...)...)
 	cmd.Stdout, cmd.Stderr = logf, logf
 	cmd.Env = cleanEnv(nil)
 	// Its own process group (a ^C to the test does not reach it), and
@@ -163,6 +187,9 @@ func (e *privateEngine) start(t *testing.T) time.Duration {
 		time.Sleep(100 * time.Millisecond)
 	}
 	took := time.Since(began)
+	if err := inNetns(cmd.Process.Pid, e.netns); err != nil {
+		t.Fatalf("the private dockerd: %v", err)
+	}
 	e.containerdPID = e.findContainerd()
 	if e.containerdPID == 0 {
 		t.Fatalf("the private dockerd runs no managed containerd under %s", e.dir)
@@ -248,6 +275,41 @@ func (e *privateEngine) findContainerd() int {
 	}
 }
 
+// newNetns makes a network namespace bound to the file path (which scrub
+// unmounts with the engine's other mounts) with its loopback up.
+func newNetns(path string) error {
+	if err := os.WriteFile(path, nil, 0o600); err != nil {
+		return err
+	}
+	out, err := exec.Command(unshareBin, "--net="+path, ipBin, "link", "set", "lo", "up").CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("%s --net=%s %s link set lo up: %v: %s (needs root, util-linux's unshare and iproute2's ip)", unshareBin, path, ipBin, err, bytes.TrimSpace(out))
+	}
+	return nil
+}
+
+// inNetns checks that pid runs in the network namespace bound to path,
+// not in the test's (the machine's).
+func inNetns(pid int, path string) error {
+	var want, got, host syscall.Stat_t
+	if err := syscall.Stat(path, &want); err != nil {
+		return err
+	}
+	if err := syscall.Stat(fmt.Sprintf("/proc/%d/ns/net", pid), &got); err != nil {
+		return err
+	}
+	if err := syscall.Stat("/proc/self/ns/net", &host); err != nil {
+		return err
+	}
+	if want.Ino == host.Ino {
+		return fmt.Errorf("%s is the machine's network namespace, not one of its own", path)
+	}
+	if got.Ino != want.Ino {
+		return fmt.Errorf("pid %d runs in network namespace %d, not in %s (%d)", pid, got.Ino, path, want.Ino)
+	}
+	return nil
+}
+
 // ours reports whether pid's command line names this engine's directory
 // (dockerd, its containerd, their shims).
 func (e *privateEngine) ours(pid int) bool { return names(pid, e.dir) }
@@ -259,14 +321,9 @@ func names(pid int, dir string) bool {
 
 // processesNaming lists the live processes whose command line names dir.
 func processesNaming(dir string) []int {
-	ents, _ := os.ReadDir("/proc")
 	var pids []int
-	for _, d := range ents {
-		pid, err := strconv.Atoi(d.Name())
-		if err != nil || pid == os.Getpid() {
-			continue
-		}
-		if names(pid, dir) && alive(pid) {
+	for _, pid := range e2e.HostPids() {
+		if pid != os.Getpid() && names(pid, dir) && alive(pid) {
 			pids = append(pids, pid)
 		}
 	}
@@ -276,12 +333,12 @@ func processesNaming(dir string) []int {
 // managed lists the private engine's containers labelled
 // sandboxd.managed=true.
 func (e *privateEngine) managed(ctx context.Context) ([]container.Summary, error) {
-	return e.cli.ContainerList(ctx, container.ListOptions{All: true, Filters: filters.NewArgs(filters.Arg("label", "sandboxd.managed=true"))})
+	return e2e.ListContainers(ctx, e.cli, e2e.Managed)
 }
 
 func (e *privateEngine) logTail(n int) string {
 	b, _ := os.ReadFile(e.log)
-	return lastLines(string(b), n)
+	return e2e.LastLines(string(b), n)
 }
 
 // destroy removes every trace of the engine, on success and failure:
@@ -672,12 +729,4 @@ func copyImage(from, to *client.Client, ref string) error {
 		return fmt.Errorf("%s was rebuilt while it was copied (%s in the machine's engine, %s loaded)", ref, want.ID, got.ID)
 	}
 	return nil
-}
-
-func lastLines(s string, n int) string {
-	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
-	if len(lines) > n {
-		lines = lines[len(lines)-n:]
-	}
-	return strings.Join(lines, "\n")
 }

@@ -14,7 +14,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/docker/docker/client"
+	"github.com/sandboxd/sandboxd/internal/e2e"
 )
 
 // sandboxImage is the image of the default profile, the only one the
@@ -70,29 +70,26 @@ func TestPoolRecoversWhenTheEngineRestarts(t *testing.T) {
 		t.Fatalf("the private engine is the machine's own dockerd, and %s is missing: %v", dockerdBin, err)
 	}
 	began := time.Now()
-	machine, err := client.NewClientWithOpts(client.FromEnv, client.WithAPIVersionNegotiation())
+	machine, err := e2e.Docker()
 	if err != nil {
-		t.Fatalf("docker client for the machine's engine: %v", err)
+		t.Fatalf("the machine's engine, which the sandbox image is copied from: %v", err)
 	}
 	defer machine.Close()
-	{
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		_, err := machine.Ping(ctx)
-		cancel()
-		if err != nil {
-			t.Fatalf("the machine's Docker engine does not answer (%v); the sandbox image is copied from it", err)
-		}
+	root, err := e2e.ModuleRoot()
+	if err != nil {
+		t.Fatal(err)
 	}
-
-	root := moduleRoot(t)
-	// Everything lives under the engine's directory, sandboxd's binary and
-	// data too, so that one sweep finds all an interrupted run left.
+	// Everything lives under the engine's directory, sandboxd's data too,
+	// so that one sweep finds all an interrupted run left.
 	eng := newPrivateEngine(t) // its clean-up runs after sandboxd's
 	work := filepath.Join(eng.dir, "sbx")
 	if err := os.Mkdir(work, 0o700); err != nil {
 		t.Fatal(err)
 	}
-	bin := buildSandboxd(t, root, work)
+	bin, err := e2e.Binary("./cmd/sandboxd")
+	if err != nil {
+		t.Fatal(err)
+	}
 	t.Logf("built sandboxd in %v", time.Since(began).Round(time.Millisecond))
 	took := eng.start(t)
 	t.Logf("private engine up in %v (%s)", took.Round(time.Millisecond), eng.dir)
@@ -127,7 +124,7 @@ func TestPoolRecoversWhenTheEngineRestarts(t *testing.T) {
 	if !eng.running() {
 		eng.start(t)
 	}
-	if err := srv.stop(); err != nil {
+	if err := srv.Stop(serverStopTimeout); err != nil {
 		t.Error(err)
 	}
 	checkNoContainers(t, eng, seen)

@@ -6,6 +6,8 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/sandboxd/sandboxd/internal/e2e"
 )
 
 // roErr: what writing a read-only kernel file may fail with (EROFS from the
@@ -497,7 +499,7 @@ raise ValueError("the real outcome")
 			status: "error",
 			check: func(t *testing.T, x *run) {
 				if x.r.ExitCode != 1 || !strings.Contains(x.r.Stderr, "ValueError: the real outcome") {
-					t.Errorf("exit_code %d stderr %q: want the real outcome (1, the ValueError)", x.r.ExitCode, clip([]byte(x.r.Stderr), 300))
+					t.Errorf("exit_code %d stderr %q: want the real outcome (1, the ValueError)", x.r.ExitCode, e2e.Clip([]byte(x.r.Stderr), 300))
 				}
 				if strings.Contains(x.r.Stdout, "FORGED") {
 					t.Errorf("HOLE: stdout holds the forged chunk")

@@ -5,6 +5,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/sandboxd/sandboxd/internal/e2e"
 )
 
 // cpuQuotaSlack: CPU time may exceed wall time × cpus by this factor (CFS
@@ -52,7 +54,7 @@ with open("/sandbox/out/after.txt", "w") as f:
 						t.Errorf("%s = %q: want ENOSPC after about %d MiB", c.key, v, c.size)
 					}
 				}
-				if f := x.r.file("after.txt"); f == nil || string(unb64(f.Content)) != "still works" {
+				if f := x.r.File("after.txt"); f == nil || string(unb64(f.Content)) != "still works" {
 					t.Errorf("after.txt, written after freeing space, was not returned: %+v", x.r.Files)
 				}
 			},
@@ -118,7 +120,7 @@ while True:
 			strict: &override{status: "killed", check: func(t *testing.T, x *run) {}, why: "under runsc crossing the pids limit ends the whole sandbox (profiles/exec/strict.yaml)"},
 			check: func(t *testing.T, x *run) {
 				if !strings.Contains(x.r.Stderr, "BlockingIOError") && !strings.Contains(x.r.Stderr, "Resource temporarily unavailable") {
-					t.Errorf("stderr does not show fork failing at the pids limit: %q", clip([]byte(x.r.Stderr), 500))
+					t.Errorf("stderr does not show fork failing at the pids limit: %q", e2e.Clip([]byte(x.r.Stderr), 500))
 				}
 				if x.r.DurationMS > 5000+1000 {
 					t.Errorf("duration_ms %d past the 5 s limit + 1 s", x.r.DurationMS)
@@ -191,7 +193,7 @@ while True:
 			}, why: "under runsc the threads' stacks reach the memory limit, the host pids limit ends the sandbox, or the launcher starves and sandboxd's own deadline ends it"},
 			check: func(t *testing.T, x *run) {
 				if !strings.Contains(x.r.Stderr, "can't start new thread") {
-					t.Errorf("stderr does not show thread creation failing: %q", clip([]byte(x.r.Stderr), 500))
+					t.Errorf("stderr does not show thread creation failing: %q", e2e.Clip([]byte(x.r.Stderr), 500))
 				}
 			},
 		},
@@ -406,7 +408,7 @@ say("MAIN", "exits", int((time.monotonic() - t0) * 1000))
 				if _, err := fmtSscan(v, &exits, &mainMS); err != nil || exits != "exits" {
 					t.Fatalf("MAIN = %q, want \"exits <ms>\"", v)
 				}
-				if x.r.file("daemon.txt") != nil || x.r.skipped("daemon.txt") != nil {
+				if x.r.File("daemon.txt") != nil || x.r.Skipped("daemon.txt") != nil {
 					t.Errorf("HOLE: the daemon's write after the main program ended is in the result")
 				}
 				if x.r.DurationMS > mainMS+1500 {
@@ -417,7 +419,7 @@ say("MAIN", "exits", int((time.monotonic() - t0) * 1000))
 				}
 			},
 			host: func(t *testing.T, x *run) {
-				if left := hostProcsMatching("300." + x.nonceNum); len(left) > 0 {
+				if left := e2e.HostProcsMatching("300." + x.nonceNum); len(left) > 0 {
 					t.Errorf("HOLE: the daemon is alive on the host after the response: %s", strings.Join(left, "; "))
 				}
 			},

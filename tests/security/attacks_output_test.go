@@ -44,7 +44,7 @@ func noPasswd(t *testing.T, x *run) {
 		}
 	}
 	body := string(x.res.Body)
-	all := body + decodedOutputs(x.r)
+	all := body + x.r.Decoded()
 	for _, n := range needles {
 		if strings.Contains(all, n) {
 			t.Errorf("HOLE: the response carries passwd content %q", n)
@@ -59,7 +59,7 @@ func noPasswd(t *testing.T, x *run) {
 
 func (x *run) wantSkipped(t *testing.T, path, reasonPart string) {
 	t.Helper()
-	s := x.r.skipped(path)
+	s := x.r.Skipped(path)
 	if s == nil {
 		t.Errorf("skipped_files lacks %q", path)
 		return
@@ -229,10 +229,10 @@ os.chmod("unreadable.txt", 0)
 					x.wantSkipped(t, p, "special")
 				}
 				x.allDenied(t, []string{"mknod-char-in-out", "mknod-block-in-out"}, eperm)
-				if f := x.r.file("ok.txt"); f == nil || string(unb64(f.Content)) != "ok" {
+				if f := x.r.File("ok.txt"); f == nil || string(unb64(f.Content)) != "ok" {
 					t.Errorf("ok.txt not returned with its content")
 				}
-				if f := x.r.file("unreadable.txt"); f != nil {
+				if f := x.r.File("unreadable.txt"); f != nil {
 					t.Logf("NOTE: a mode-000 file was returned (%q): the collector reads as the same uid", unb64(f.Content))
 				}
 				for _, f := range x.r.Files {
@@ -263,7 +263,7 @@ os.chmod("unreadable.txt", 0)
 						t.Logf("NOTE (gVisor): mknod of a device node in /sandbox/out succeeded inside the sentry")
 					}
 				}
-				if x.r.file("null") != nil || x.r.file("vda") != nil {
+				if x.r.File("null") != nil || x.r.File("vda") != nil {
 					t.Errorf("a device node was returned as a file")
 				}
 				noPasswd(t, x)
@@ -287,7 +287,7 @@ attempt("link-own-file", os.link, "/sandbox/mine.txt", "/sandbox/out/mine")
 				x.allDenied(t, []string{"link-etc-passwd", "link-launcher", "link-tmp-code"}, []string{"EXDEV"}, "link-own-file")
 				x.wantDenied(t, "link-etc-shadow", "EXDEV", "ENOENT") // the image may have no /etc/shadow
 				x.wantAllowed(t, "link-own-file")
-				if len(x.r.Files) != 1 || x.r.file("mine") == nil || string(unb64(x.r.file("mine").Content)) != "mine" {
+				if len(x.r.Files) != 1 || x.r.File("mine") == nil || string(unb64(x.r.File("mine").Content)) != "mine" {
 					t.Errorf("files %+v, want only mine", x.r.Files)
 				}
 				noPasswd(t, x)
@@ -371,7 +371,7 @@ say("CREATED", len(names) + 2)
 			status: "ok",
 			check: func(t *testing.T, x *run) {
 				for _, n := range []string{"..x", "...", "x..", " ", "-rf", "\u00e9t\u00e9", "semi;colon", "quote\"d", "long" + strings.Repeat("x", 200)} {
-					f := x.r.file(n)
+					f := x.r.File(n)
 					if f == nil {
 						t.Errorf("%q (a valid name) was not returned", n)
 					} else if string(unb64(f.Content)) != "content" {
@@ -379,7 +379,7 @@ say("CREATED", len(names) + 2)
 					}
 				}
 				for _, n := range []string{"a\nb", "a\\b", "\x1b[31mred", "tab\tname"} {
-					if x.r.file(n) != nil {
+					if x.r.File(n) != nil {
 						t.Errorf("%q was returned as a file", n)
 					}
 				}

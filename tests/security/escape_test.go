@@ -3,7 +3,6 @@ package security
 import (
 	"bytes"
 	"context"
-	"encoding/base64"
 	"encoding/json"
 	"fmt"
 	"net"
@@ -19,6 +18,7 @@ import (
 
 	"github.com/docker/docker/api/types/container"
 
+	"github.com/sandboxd/sandboxd/internal/e2e"
 	"github.com/sandboxd/sandboxd/profiles"
 )
 
@@ -74,9 +74,9 @@ type run struct {
 	prof     *profiles.Exec
 	nonce    string
 	nonceNum string
-	req      execRequest
-	res      *httpResult
-	r        *execResponse
+	req      e2e.ExecRequest
+	res      *e2e.Result
+	r        *e2e.ExecResponse
 	lines    []string
 	// With attack.hostCPU: the highest CPU rate (in CPUs) the engine saw
 	// for a container of the server over hostWindow, and the CFS periods
@@ -173,13 +173,7 @@ func TestEscapes(t *testing.T) {
 		names[a.name] = true
 	}
 	t.Logf("%d attacks", len(attacks))
-	subst := map[string]string{
-		"{{PORT}}":      strconv.Itoa(serverPort),
-		"{{HOSTADDRS}}": pyList(usableHostAddrs()),
-		"{{HOSTPORT}}":  strconv.Itoa(hl.port),
-		"{{ABSTRACT}}":  pyList(abstractTargets(hl)),
-		"{{HOSTPIDS}}":  "[" + strings.Join(hostDaemonPids(), ", ") + "]",
-	}
+	subst := hostSubst(hl)
 	for _, prof := range profs {
 		t.Run(prof, func(t *testing.T) {
 			pstart := time.Now()
@@ -208,12 +202,25 @@ func TestEscapes(t *testing.T) {
 	t.Logf("escape suite: %d attacks x %d profile(s) in %v", len(attacks), len(profs), time.Since(start).Round(100*time.Millisecond))
 }
 
+// hostSubst is the table's placeholders for the host's side: sandboxd's
+// port, the host's addresses, its listener and abstract sockets, and the
+// pids of its daemons.
+func hostSubst(hl *hostListener) map[string]string {
+	return map[string]string{
+		"{{PORT}}":      strconv.Itoa(srv.Port),
+		"{{HOSTADDRS}}": pyList(usableHostAddrs()),
+		"{{HOSTPORT}}":  strconv.Itoa(hl.port),
+		"{{ABSTRACT}}":  pyList(abstractTargets(hl)),
+		"{{HOSTPIDS}}":  "[" + strings.Join(hostDaemonPids(), ", ") + "]",
+	}
+}
+
 // usableHostAddrs are the host's addresses a sandbox could try to reach:
 // the Docker bridge gateway and every non-loopback address, IPv6 link-local
 // ones left out (they need a zone).
 func usableHostAddrs() []string {
 	out := []string{"172.17.0.1"}
-	for _, a := range hostAddrs() {
+	for _, a := range e2e.HostAddrs() {
 		ip := net.ParseIP(a)
 		if ip == nil || ip.IsLinkLocalUnicast() || slices.Contains(out, a) {
 			continue
@@ -230,13 +237,10 @@ func strictUsable() (bool, string) {
 	if _, err := os.Stat(p); err != nil {
 		return false, fmt.Sprintf("%s does not exist", p)
 	}
-	resp, err := httpClient.Get(baseURL + "/readyz")
-	if err != nil {
+	res, ra, err := api.Readiness(context.Background())
+	if err != nil && (res == nil || res.Status == 0) {
 		return false, fmt.Sprintf("GET /readyz: %v", err)
 	}
-	var ra readyAnswer
-	err = json.NewDecoder(resp.Body).Decode(&ra)
-	resp.Body.Close()
 	if err != nil {
 		return false, fmt.Sprintf("/readyz body: %v", err)
 	}
@@ -257,7 +261,7 @@ func strictUsable() (bool, string) {
 	return true, fmt.Sprintf("/readyz checks %v are ok", seen)
 }
 
-func readyNames(ra readyAnswer) string {
+func readyNames(ra *e2e.Readiness) string {
 	var out []string
 	for _, c := range ra.Checks {
 		out = append(out, fmt.Sprintf("%s=%v", c.Name, c.OK))
@@ -266,26 +270,8 @@ func readyNames(ra readyAnswer) string {
 }
 
 func runAttack(t *testing.T, prof string, a attack, subst map[string]string) {
-	n := runCounter.Add(1)
-	x := &run{
-		profile:  prof,
-		prof:     profSet.Exec[prof],
-		nonce:    fmt.Sprintf("%s-%d", suiteNonce, n),
-		nonceNum: fmt.Sprintf("%s%04d", suiteNum, n),
-	}
-	code := pyPrelude + a.code
-	if x.prof == nil {
-		t.Fatalf("profile %q is not in %s/profiles", prof, moduleRoot)
-	}
-	repl := []string{"{{NONCE}}", x.nonce, "{{NONCENUM}}", x.nonceNum,
-		"{{MAXFILE}}", strconv.FormatInt(x.prof.Files.MaxOutputFileBytes, 10),
-		"{{MAXTOTAL}}", strconv.FormatInt(x.prof.Files.MaxOutputTotalBytes, 10),
-		"{{MAXCOUNT}}", strconv.Itoa(x.prof.Files.MaxOutputCount)}
-	for k, v := range subst {
-		repl = append(repl, k, v)
-	}
-	code = strings.NewReplacer(repl...).Replace(code)
-	x.req = execRequest{Language: "python", Code: code, Limits: a.limits, Env: a.env}
+	x, n, code := newRun(t, prof, pyPrelude+a.code, subst)
+	x.req = e2e.ExecRequest{Language: "python", Code: code, Limits: a.limits, Env: a.env}
 	if prof != "default" {
 		x.req.Profile = prof
 	}
@@ -298,19 +284,12 @@ func runAttack(t *testing.T, prof string, a attack, subst map[string]string) {
 	if len(reqID) > 64 {
 		reqID = reqID[:64]
 	}
-	defer func() {
-		if t.Failed() {
-			time.Sleep(200 * time.Millisecond)
-			if l := serverLog.Grep(reqID, 20); l != "" {
-				t.Logf("sandboxd log lines of %s:\n%s", reqID, l)
-			}
-		}
-	}()
+	defer logOnFailure(t, reqID)
 	var cw *cpuWatch
 	if a.hostCPU {
 		cw = startCPUWatch()
 	}
-	res, err := rawExec(context.Background(), x.req, reqID)
+	res, err := execs.Exec(context.Background(), x.req, reqID)
 	if cw != nil {
 		x.hostRate, x.hostWindow, x.hostThrottled = cw.stop(time.Second)
 	}
@@ -319,16 +298,8 @@ func runAttack(t *testing.T, prof string, a attack, subst map[string]string) {
 	}
 	x.res = res
 	if res.Status != http.StatusOK {
-		t.Fatalf("POST /exec answered %d, want 200 for a run that started: %s", res.Status, clip(res.Body, 2000))
+		t.Fatalf("POST /exec answered %d, want 200 for a run that started: %s", res.Status, e2e.Clip(res.Body, 2000))
 	}
-	var r execResponse
-	if err := json.Unmarshal(res.Body, &r); err != nil {
-		t.Fatalf("200 body is not a JSON exec response: %v\n%s", err, clip(res.Body, 2000))
-	}
-	x.r = &r
-	noteExecID(r.ID)
-	x.lines = strings.Split(r.Stdout, "\n")
-
 	status, check, others := a.status, a.check, a.otherStatus
 	if prof == strictProfile && a.strict != nil {
 		if a.strict.status != "" {
@@ -338,33 +309,8 @@ func runAttack(t *testing.T, prof string, a attack, subst map[string]string) {
 			check = a.strict.check
 		}
 	}
-	if r.Status != status && !slices.Contains(others, r.Status) {
-		want := strconv.Quote(status)
-		for _, o := range others {
-			want += " or " + strconv.Quote(o)
-		}
-		t.Errorf("status %q, want %s\n%s", r.Status, want, x.describe())
-	}
-	// Whatever the code did, the names returned are relative and clean.
-	for _, f := range r.Files {
-		if !safeName(f.Path) {
-			t.Errorf("returned file name %q is not a clean relative path without control characters", f.Path)
-		}
-	}
-	for _, s := range r.SkippedFiles {
-		if !relName(s.Path) {
-			t.Errorf("skipped file name %q is absolute or has an empty, '.' or '..' element", s.Path)
-		}
-		if strings.TrimSpace(s.Reason) == "" {
-			t.Errorf("skipped file %q has no reason", s.Path)
-		}
-	}
-	// No secret of sandboxd's environment, in any form.
-	for k, v := range hostSecrets {
-		if bytes.Contains(res.Body, []byte(v)) || strings.Contains(decodedOutputs(&r), v) {
-			t.Errorf("the response carries the value of %s from sandboxd's environment", k)
-		}
-	}
+	x.checkAnswer(t, res.Body, status, others)
+	seenExecIDs.Add(x.r.ID)
 	if check != nil {
 		check(t, x)
 	}
@@ -372,7 +318,83 @@ func runAttack(t *testing.T, prof string, a attack, subst map[string]string) {
 		a.host(t, x)
 	}
 	// Nothing the attack started may outlive its run on the host.
-	x.checkHostClean(t, "of this run are still alive on the host after its response", r.Stdout)
+	x.checkHostClean(t, "of this run are still alive on the host after its response", x.r.Stdout)
+}
+
+// newRun numbers a run of the table under prof and returns it, its number
+// and src (the prelude and the attack's code) with its placeholders (the
+// run's nonces, the profile's caps, subst) filled in.
+func newRun(t *testing.T, prof, src string, subst map[string]string) (*run, int64, string) {
+	t.Helper()
+	n := runCounter.Add(1)
+	x := &run{
+		profile:  prof,
+		prof:     profSet.Exec[prof],
+		nonce:    fmt.Sprintf("%s-%d", suiteNonce, n),
+		nonceNum: fmt.Sprintf("%s%04d", suiteNum, n),
+	}
+	if x.prof == nil {
+		t.Fatalf("profile %q is not in %s/profiles", prof, moduleRoot)
+	}
+	repl := []string{"{{NONCE}}", x.nonce, "{{NONCENUM}}", x.nonceNum,
+		"{{MAXFILE}}", strconv.FormatInt(x.prof.Files.MaxOutputFileBytes, 10),
+		"{{MAXTOTAL}}", strconv.FormatInt(x.prof.Files.MaxOutputTotalBytes, 10),
+		"{{MAXCOUNT}}", strconv.Itoa(x.prof.Files.MaxOutputCount)}
+	for k, v := range subst {
+		repl = append(repl, k, v)
+	}
+	return x, n, strings.NewReplacer(repl...).Replace(src)
+}
+
+// logOnFailure, deferred, logs sandboxd's lines about reqID when t failed.
+func logOnFailure(t *testing.T, reqID string) {
+	if t.Failed() {
+		// The output reaches the log through a pipe: give the last lines a
+		// moment.
+		time.Sleep(200 * time.Millisecond)
+		if l := logLines(reqID); l != "" {
+			t.Logf("sandboxd log lines of %s:\n%s", reqID, l)
+		}
+	}
+}
+
+// checkAnswer decodes the 200 body of x's run into x and checks what holds
+// for every run: it ended with status or one of others, the file names it
+// returns are relative and clean, and no secret of sandboxd's environment
+// is in it in any form.
+func (x *run) checkAnswer(t *testing.T, body []byte, status string, others []string) {
+	t.Helper()
+	var r e2e.ExecResponse
+	if err := json.Unmarshal(body, &r); err != nil {
+		t.Fatalf("200 body is not a JSON exec response: %v\n%s", err, e2e.Clip(body, 2000))
+	}
+	x.r = &r
+	x.lines = strings.Split(r.Stdout, "\n")
+	if r.Status != status && !slices.Contains(others, r.Status) {
+		want := strconv.Quote(status)
+		for _, o := range others {
+			want += " or " + strconv.Quote(o)
+		}
+		t.Errorf("status %q, want %s\n%s", r.Status, want, x.describe())
+	}
+	for _, f := range r.Files {
+		if !safeName(f.Path) {
+			t.Errorf("returned file name %q is not a clean relative path without control characters", f.Path)
+		}
+	}
+	for _, s := range r.SkippedFiles {
+		if !e2e.CleanRelPath(s.Path) {
+			t.Errorf("skipped file name %q is absolute or has an empty, '.' or '..' element", s.Path)
+		}
+		if strings.TrimSpace(s.Reason) == "" {
+			t.Errorf("skipped file %q has no reason", s.Path)
+		}
+	}
+	for k, v := range hostSecrets {
+		if bytes.Contains(body, []byte(v)) || strings.Contains(r.Decoded(), v) {
+			t.Errorf("the response carries the value of %s from sandboxd's environment", k)
+		}
+	}
 }
 
 // checkHostClean fails t when a process (described by alive) or a file
@@ -383,11 +405,11 @@ func (x *run) checkHostClean(t *testing.T, alive, stdout string) {
 	if left := waitHostProcs(2*time.Second, x.nonce, x.nonceNum); len(left) > 0 {
 		t.Errorf("processes %s: %s", alive, strings.Join(left, "; "))
 	}
-	if left := hostFilesMatching(x.nonce); len(left) > 0 {
+	if left := e2e.HostFilesMatching(x.nonce); len(left) > 0 {
 		t.Errorf("files named after this run exist on the host: %s", strings.Join(left, ", "))
 	}
 	if t.Failed() {
-		t.Logf("stdout:\n%s", clip([]byte(stdout), 6000))
+		t.Logf("stdout:\n%s", e2e.Clip([]byte(stdout), 6000))
 	}
 }
 
@@ -398,7 +420,7 @@ func waitHostProcs(timeout time.Duration, needles ...string) []string {
 	for {
 		var left []string
 		for _, n := range needles {
-			left = append(left, hostProcsMatching(n)...)
+			left = append(left, e2e.HostProcsMatching(n)...)
 		}
 		if len(left) == 0 || time.Now().After(deadline) {
 			return left
@@ -407,37 +429,9 @@ func waitHostProcs(timeout time.Duration, needles ...string) []string {
 	}
 }
 
-func decodedOutputs(r *execResponse) string {
-	var b strings.Builder
-	for _, p := range []*string{r.StdoutBase64, r.StderrBase64} {
-		if p != nil {
-			d, _ := base64.StdEncoding.DecodeString(*p)
-			b.Write(d)
-		}
-	}
-	for _, f := range r.Files {
-		d, _ := base64.StdEncoding.DecodeString(f.Content)
-		b.Write(d)
-	}
-	return b.String()
-}
-
-// relName: relative, without empty, "." or ".." elements.
-func relName(p string) bool {
-	if p == "" || strings.HasPrefix(p, "/") {
-		return false
-	}
-	for _, e := range strings.Split(p, "/") {
-		if e == "" || e == "." || e == ".." {
-			return false
-		}
-	}
-	return true
-}
-
-// safeName: relName, and no control characters or backslashes either.
+// safeName: e2e.CleanRelPath, and no control characters or backslashes either.
 func safeName(p string) bool {
-	if !relName(p) {
+	if !e2e.CleanRelPath(p) {
 		return false
 	}
 	for _, c := range p {
@@ -452,8 +446,8 @@ func (x *run) describe() string {
 	r := x.r
 	s := fmt.Sprintf("exec %s (%s): exit_code %d signal %q message %q duration_ms %d usage %+v\nstdout (%d bytes, truncated %v): %s\nstderr (%d bytes, truncated %v): %s",
 		r.ID, x.profile, r.ExitCode, r.Signal, r.Message, r.DurationMS, r.Usage,
-		len(r.Stdout), r.StdoutTruncated, clip([]byte(r.Stdout), 3000),
-		len(r.Stderr), r.StderrTruncated, clip([]byte(r.Stderr), 2000))
+		len(r.Stdout), r.StdoutTruncated, e2e.Clip([]byte(r.Stdout), 3000),
+		len(r.Stderr), r.StderrTruncated, e2e.Clip([]byte(r.Stderr), 2000))
 	if len(r.Files) > 0 || len(r.SkippedFiles) > 0 {
 		var fs []string
 		for i, f := range r.Files {
@@ -524,7 +518,7 @@ func (x *run) wantDenied(t *testing.T, tag string, errnos ...string) {
 	v, rest, ok := x.marker(tag)
 	switch {
 	case !ok:
-		t.Errorf("%s: no DENIED/ALLOWED line; the attempt did not run (stderr %q)", tag, clip([]byte(x.r.Stderr), 1500))
+		t.Errorf("%s: no DENIED/ALLOWED line; the attempt did not run (stderr %q)", tag, e2e.Clip([]byte(x.r.Stderr), 1500))
 	case v != "DENIED":
 		t.Errorf("HOLE? %s was ALLOWED (%s); want it denied with %v", tag, rest, errnos)
 	case len(errnos) > 0 && !slices.Contains(errnos, strings.Fields(rest + " ?")[0]):
@@ -538,7 +532,7 @@ func (x *run) wantAllowed(t *testing.T, tag string) string {
 	t.Helper()
 	v, rest, ok := x.marker(tag)
 	if !ok || v != "ALLOWED" {
-		t.Errorf("%s: want ALLOWED (a control that must work), got %q %q (stderr %q)", tag, v, rest, clip([]byte(x.r.Stderr), 1500))
+		t.Errorf("%s: want ALLOWED (a control that must work), got %q %q (stderr %q)", tag, v, rest, e2e.Clip([]byte(x.r.Stderr), 1500))
 	}
 	return rest
 }
@@ -606,35 +600,34 @@ func (x *run) factFloat(t *testing.T, key string) float64 {
 func afterTable(t *testing.T, prof string, hl *hostListener) {
 	// The service is healthy and runs code in this profile.
 	getOK(t, "/healthz")
-	resp, err := httpClient.Get(baseURL + "/readyz")
+	resp, err := api.Get(context.Background(), "/readyz")
 	if err != nil {
 		t.Fatalf("GET /readyz: %v", err)
 	}
-	resp.Body.Close()
-	if resp.StatusCode != http.StatusOK && prof == strictProfile {
-		t.Errorf("GET /readyz %d after the table", resp.StatusCode)
-	} else if resp.StatusCode != http.StatusOK {
-		t.Logf("GET /readyz %d after the table (it was %s at start-up)", resp.StatusCode, clip(readyBody, 300))
+	if resp.Status != http.StatusOK && prof == strictProfile {
+		t.Errorf("GET /readyz %d after the table", resp.Status)
+	} else if resp.Status != http.StatusOK {
+		t.Logf("GET /readyz %d after the table (it was %s at start-up)", resp.Status, e2e.Clip(readyBody, 300))
 	}
-	req := execRequest{Language: "python", Code: "print(1)"}
+	req := e2e.ExecRequest{Language: "python", Code: "print(1)"}
 	if prof != "default" {
 		req.Profile = prof
 	}
-	res, err := rawExec(context.Background(), req, "escape-after-"+prof)
+	res, err := execs.Exec(context.Background(), req, "escape-after-"+prof)
 	if err != nil {
 		t.Fatalf("print(1) after the table: %v", err)
 	}
-	var r execResponse
+	var r e2e.ExecResponse
 	if res.Status != http.StatusOK || json.Unmarshal(res.Body, &r) != nil || r.Status != "ok" || r.Stdout != "1\n" {
-		t.Errorf("print(1) after the table: %d %s", res.Status, clip(res.Body, 1000))
+		t.Errorf("print(1) after the table: %d %s", res.Status, e2e.Clip(res.Body, 1000))
 	}
-	noteExecID(r.ID)
+	seenExecIDs.Add(r.ID)
 
 	// Nothing of any run is left on the host.
 	if left := waitHostProcs(2*time.Second, suiteNonce, "300."+suiteNum); len(left) > 0 {
 		t.Errorf("processes started by the attacks are alive on the host: %s", strings.Join(left, "; "))
 	}
-	if left := hostFilesMatching(suiteNonce); len(left) > 0 {
+	if left := e2e.HostFilesMatching(suiteNonce); len(left) > 0 {
 		t.Errorf("files named by the attacks exist on the host: %s", strings.Join(left, ", "))
 	}
 	if n := hl.accepted.Load(); n != 0 {
@@ -642,13 +635,8 @@ func afterTable(t *testing.T, prof string, hl *hostListener) {
 	}
 	// Every container of a finished run is gone (idle warm-pool boxes that
 	// never ran code may remain until shutdown).
-	seenMu.Lock()
-	ids := make(map[string]bool, len(seenExecIDs))
-	for k := range seenExecIDs {
-		ids[k] = true
-	}
-	seenMu.Unlock()
-	if left := waitContainers(removalTimeout+5*time.Second, func(c container.Summary) bool { return ids[c.Labels["sandboxd.exec-id"]] }); len(left) > 0 {
+	ids := seenExecIDs.Snapshot()
+	if left := e2e.WaitGone(e2e.RemovalTimeout+5*time.Second, ourContainers, func(c container.Summary) bool { return ids[c.Labels["sandboxd.exec-id"]] }); len(left) > 0 {
 		t.Errorf("%d container(s) of finished runs remain: %s", len(left), strings.Join(left, ", "))
 	}
 }
@@ -664,18 +652,14 @@ func allAttacks() []attack {
 // hostDaemonPids lists the pids of the engine's processes on the host.
 func hostDaemonPids() []string {
 	var out []string
-	ents, _ := os.ReadDir("/proc")
-	for _, e := range ents {
-		if _, err := strconv.Atoi(e.Name()); err != nil {
-			continue
-		}
-		b, err := os.ReadFile("/proc/" + e.Name() + "/comm")
+	for _, pid := range e2e.HostPids() {
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/comm", pid))
 		if err != nil {
 			continue
 		}
 		switch strings.TrimSpace(string(b)) {
 		case "dockerd", "containerd", "containerd-shim", "containerd-shim-runc-v2", "systemd", "sshd", "sandboxd":
-			out = append(out, e.Name())
+			out = append(out, strconv.Itoa(pid))
 		}
 	}
 	if len(out) > 20 {
@@ -685,7 +669,7 @@ func hostDaemonPids() []string {
 }
 
 func abstractTargets(hl *hostListener) []string {
-	out := hostAbstractSockets()
+	out := e2e.HostAbstractSockets()
 	if hl.abstract != "" && !slices.Contains(out, hl.abstract) {
 		out = append(out, hl.abstract)
 	}

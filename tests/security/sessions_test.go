@@ -2,19 +2,19 @@ package security
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"fmt"
-	"io"
 	"maps"
 	"net/http"
 	"slices"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/docker/docker/api/types/container"
 
+	"github.com/sandboxd/sandboxd/internal/e2e"
 	"github.com/sandboxd/sandboxd/runner"
 )
 
@@ -50,7 +50,7 @@ var sessionOverrides = map[string]sessionOverride{
 				t.Errorf("duration_ms %d, want in [1500, 3500): the limit, the 1 s grace of the interrupt and the restart", x.r.DurationMS)
 			}
 			if !bytes.Contains(x.res.Body, []byte(`"state_lost":true`)) {
-				t.Errorf("the interpreter that ignored the interrupt was not replaced: %s", clip(x.res.Body, 500))
+				t.Errorf("the interpreter that ignored the interrupt was not replaced: %s", e2e.Clip(x.res.Body, 500))
 			}
 		},
 	},
@@ -64,13 +64,7 @@ var sessionOverrides = map[string]sessionOverride{
 func TestEscapesInSessions(t *testing.T) {
 	start := time.Now()
 	hl := startHostListener(t)
-	subst := map[string]string{
-		"{{PORT}}":      strconv.Itoa(serverPort),
-		"{{HOSTADDRS}}": pyList(usableHostAddrs()),
-		"{{HOSTPORT}}":  strconv.Itoa(hl.port),
-		"{{ABSTRACT}}":  pyList(abstractTargets(hl)),
-		"{{HOSTPIDS}}":  "[" + strings.Join(hostDaemonPids(), ", ") + "]",
-	}
+	subst := hostSubst(hl)
 	attacks := allAttacks()
 	for _, names := range [][]string{slices.Collect(maps.Keys(notInSessions)), slices.Collect(maps.Keys(sessionOverrides))} {
 		for _, name := range names {
@@ -112,82 +106,42 @@ func TestEscapesInSessions(t *testing.T) {
 
 // sessionDo sends one session request with the suite's agent key.
 func sessionDo(method, path string, body any, reqID string) (int, []byte, error) {
-	var rd io.Reader
+	var raw []byte
 	if body != nil {
-		raw, err := json.Marshal(body)
-		if err != nil {
-			return 0, nil, err
-		}
-		rd = bytes.NewReader(raw)
+		raw = e2e.JSON(body)
 	}
-	for attempt := 0; ; attempt++ {
-		if rd != nil {
-			raw, _ := json.Marshal(body)
-			rd = bytes.NewReader(raw)
-		}
-		req, err := http.NewRequest(method, baseURL+path, rd)
-		if err != nil {
-			return 0, nil, err
-		}
-		req.Header.Set("Authorization", "Bearer "+agentKey)
-		req.Header.Set("X-Request-Id", reqID)
-		resp, err := httpClient.Do(req)
-		if err != nil {
-			return 0, nil, err
-		}
-		b, err := io.ReadAll(resp.Body)
-		resp.Body.Close()
-		if resp.StatusCode != http.StatusTooManyRequests || attempt >= max429Retries {
-			return resp.StatusCode, b, err
-		}
-		time.Sleep(time.Second)
+	res, err := api.Do(context.Background(), e2e.Request{Method: method, Path: path, Body: raw, ID: reqID})
+	if res == nil {
+		return 0, nil, err
 	}
+	return res.Status, res.Body, err
 }
 
 func runSessionAttack(t *testing.T, prof string, a attack, subst map[string]string) {
-	n := runCounter.Add(1)
-	x := &run{
-		profile:  prof,
-		prof:     profSet.Exec[prof],
-		nonce:    fmt.Sprintf("%s-%d", suiteNonce, n),
-		nonceNum: fmt.Sprintf("%s%04d", suiteNum, n),
-	}
-	repl := []string{"{{NONCE}}", x.nonce, "{{NONCENUM}}", x.nonceNum,
-		"{{MAXFILE}}", strconv.FormatInt(x.prof.Files.MaxOutputFileBytes, 10),
-		"{{MAXTOTAL}}", strconv.FormatInt(x.prof.Files.MaxOutputTotalBytes, 10),
-		"{{MAXCOUNT}}", strconv.Itoa(x.prof.Files.MaxOutputCount)}
-	for k, v := range subst {
-		repl = append(repl, k, v)
-	}
 	o := sessionOverrides[a.name]
-	code := strings.NewReplacer(repl...).Replace(pyPrelude + o.prefix + a.code)
+	x, n, code := newRun(t, prof, pyPrelude+o.prefix+a.code, subst)
 	if o.check != nil {
 		a.check = o.check
 	}
-	x.req = execRequest{Language: "python", Code: code, Limits: a.limits}
+	x.req = e2e.ExecRequest{Language: "python", Code: code, Limits: a.limits}
 	reqID := fmt.Sprintf("escape-s%d-%s", n, a.name)
 	if len(reqID) > 64 {
 		reqID = reqID[:64]
 	}
-	defer func() {
-		if t.Failed() {
-			time.Sleep(200 * time.Millisecond)
-			if l := serverLog.Grep(reqID, 20); l != "" {
-				t.Logf("sandboxd log lines of %s:\n%s", reqID, l)
-			}
-		}
-	}()
+	defer logOnFailure(t, reqID)
 	// Sessions hold no run slot between calls, but their calls do: keep
 	// to the suite's concurrency.
-	execSem <- struct{}{}
-	defer func() { <-execSem }()
+	if err := execGate.Enter(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	defer execGate.Leave()
 	create := map[string]any{}
 	if a.limits != nil {
 		create["limits"] = a.limits
 	}
 	status, body, err := sessionDo("POST", "/sessions", create, reqID)
 	if err != nil || status != http.StatusCreated {
-		t.Fatalf("POST /sessions: %v %d %s", err, status, clip(body, 1000))
+		t.Fatalf("POST /sessions: %v %d %s", err, status, e2e.Clip(body, 1000))
 	}
 	var sess struct {
 		ID        string `json:"id"`
@@ -196,7 +150,7 @@ func runSessionAttack(t *testing.T, prof string, a attack, subst map[string]stri
 	if err := json.Unmarshal(body, &sess); err != nil {
 		t.Fatal(err)
 	}
-	noteExecID(sess.SandboxID)
+	seenExecIDs.Add(sess.SandboxID)
 	ended := false
 	end := func() {
 		if ended {
@@ -204,9 +158,9 @@ func runSessionAttack(t *testing.T, prof string, a attack, subst map[string]stri
 		}
 		ended = true
 		if status, body, err := sessionDo("DELETE", "/sessions/"+sess.ID, nil, reqID); err != nil || status != http.StatusOK {
-			t.Errorf("DELETE /sessions/%s: %v %d %s", sess.ID, err, status, clip(body, 500))
+			t.Errorf("DELETE /sessions/%s: %v %d %s", sess.ID, err, status, e2e.Clip(body, 500))
 		}
-		left := waitContainers(removalTimeout, func(c container.Summary) bool { return c.Labels[runner.LabelExecID] == sess.SandboxID })
+		left := e2e.WaitGone(e2e.RemovalTimeout, ourContainers, func(c container.Summary) bool { return c.Labels[runner.LabelExecID] == sess.SandboxID })
 		if len(left) > 0 {
 			t.Errorf("the session's container remains after DELETE: %s", strings.Join(left, ", "))
 		}
@@ -215,37 +169,12 @@ func runSessionAttack(t *testing.T, prof string, a attack, subst map[string]stri
 
 	status, body, err = sessionDo("POST", "/sessions/"+sess.ID+"/exec", map[string]any{"code": code}, reqID)
 	if err != nil || status != http.StatusOK {
-		t.Fatalf("POST /sessions/%s/exec: %v %d, want 200 for a call that ran: %s", sess.ID, err, status, clip(body, 2000))
+		t.Fatalf("POST /sessions/%s/exec: %v %d, want 200 for a call that ran: %s", sess.ID, err, status, e2e.Clip(body, 2000))
 	}
-	x.res = &httpResult{Status: status, Body: body}
-	var r execResponse
-	if err := json.Unmarshal(body, &r); err != nil {
-		t.Fatalf("200 body is not a JSON exec response: %v\n%s", err, clip(body, 2000))
-	}
-	x.r = &r
-	x.lines = strings.Split(r.Stdout, "\n")
-	if r.Status != a.status && !slices.Contains(a.otherStatus, r.Status) {
-		want := strconv.Quote(a.status)
-		for _, o := range a.otherStatus {
-			want += " or " + strconv.Quote(o)
-		}
-		t.Errorf("status %q, want %s\n%s", r.Status, want, x.describe())
-	}
-	for _, f := range r.Files {
-		if !safeName(f.Path) {
-			t.Errorf("returned file name %q is not a clean relative path without control characters", f.Path)
-		}
-	}
-	for _, s := range r.SkippedFiles {
-		if !relName(s.Path) || strings.TrimSpace(s.Reason) == "" {
-			t.Errorf("skipped file %q (reason %q)", s.Path, s.Reason)
-		}
-	}
-	for k, v := range hostSecrets {
-		if bytes.Contains(body, []byte(v)) || strings.Contains(decodedOutputs(&r), v) {
-			t.Errorf("the response carries the value of %s from sandboxd's environment", k)
-		}
-	}
+	// A session call's answer has no Server-Timing, and its wall time is
+	// not taken (wallAfterStart is 0 for it).
+	x.res = &e2e.Result{Status: status, Body: body}
+	x.checkAnswer(t, body, a.status, a.otherStatus)
 	if a.check != nil {
 		a.check(t, x)
 	}
@@ -254,5 +183,5 @@ func runSessionAttack(t *testing.T, prof string, a attack, subst map[string]stri
 	if a.host != nil {
 		a.host(t, x)
 	}
-	x.checkHostClean(t, "of this session are still alive on the host after it ended", r.Stdout)
+	x.checkHostClean(t, "of this session are still alive on the host after it ended", x.r.Stdout)
 }
