@@ -7,7 +7,7 @@ import (
 )
 
 func TestQuietWaitsForRunsToEnd(t *testing.T) {
-	q := newQuiet()
+	q := newQuiet(realClock{})
 	end := q.begin()
 	done := make(chan struct{})
 	go func() { q.wait(time.Minute, nil); close(done) }()
@@ -26,7 +26,7 @@ func TestQuietWaitsForRunsToEnd(t *testing.T) {
 }
 
 func TestQuietUrgentLimitAndClose(t *testing.T) {
-	q := newQuiet()
+	q := newQuiet(realClock{})
 	defer q.begin()()
 	var urgent atomic.Bool
 	done := make(chan struct{})
