@@ -6,10 +6,10 @@ import (
 	"encoding/hex"
 	"fmt"
 
+	cerrdefs "github.com/containerd/errdefs"
 	"github.com/docker/docker/api/types/filters"
 	"github.com/docker/docker/api/types/mount"
 	"github.com/docker/docker/api/types/volume"
-	"github.com/docker/docker/client"
 )
 
 // DatasetMount is a dataset an exec mounts: the host directory Path,
@@ -19,8 +19,8 @@ type DatasetMount struct {
 	Path string
 }
 
-// DataDir is where datasets appear in the sandbox.
-const DataDir = "/data"
+// datasetsDir is where datasets appear in the sandbox.
+const datasetsDir = "/data"
 
 // datasetMountOptions are the mount flags of every dataset.
 const datasetMountOptions = "bind,ro,nosuid,nodev,noexec"
@@ -45,7 +45,7 @@ func datasetMounts(spec *Spec, instance string) []mount.Mount {
 	var out []mount.Mount
 	for _, d := range spec.Datasets {
 		out = append(out, mount.Mount{
-			Type: mount.TypeVolume, Source: datasetVolume(instance, d), Target: DataDir + "/" + d.Name,
+			Type: mount.TypeVolume, Source: datasetVolume(instance, d), Target: datasetsDir + "/" + d.Name,
 			VolumeOptions: &mount.VolumeOptions{NoCopy: true},
 		})
 	}
@@ -78,7 +78,7 @@ func (r *Runner) removeDatasetVolumes(ctx context.Context) error {
 		return err
 	}
 	for _, v := range list.Volumes {
-		if err := r.cli.VolumeRemove(ctx, v.Name, true); err != nil && !client.IsErrNotFound(err) {
+		if err := r.cli.VolumeRemove(ctx, v.Name, true); err != nil && !cerrdefs.IsNotFound(err) {
 			return fmt.Errorf("removing dataset volume %s: %w", v.Name, err)
 		}
 	}

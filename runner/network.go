@@ -12,10 +12,10 @@ import (
 	"strings"
 	"sync"
 
+	cerrdefs "github.com/containerd/errdefs"
 	"github.com/docker/docker/api/types/container"
 	"github.com/docker/docker/api/types/filters"
 	"github.com/docker/docker/api/types/network"
-	"github.com/docker/docker/client"
 
 	"github.com/sandboxd/sandboxd/profiles"
 )
@@ -69,11 +69,11 @@ type EgressNet struct {
 // ProxyAddr is where sandboxes reach the proxy.
 func (n *EgressNet) ProxyAddr() netip.AddrPort { return netip.AddrPortFrom(n.Gateway, n.ProxyPort) }
 
-// ProxyEnv is the environment a networked sandbox gets: the proxy for
+// proxyEnv is the environment a networked sandbox gets: the proxy for
 // http and https in both spellings, and NO_PROXY for loopback. None of it
 // is secret; the proxy identifies a sandbox by its address, not by
 // anything it sends.
-func (n *EgressNet) ProxyEnv() []string {
+func (n *EgressNet) proxyEnv() []string {
 	u := "http://" + n.ProxyAddr().String()
 	return []string{
 		"HTTP_PROXY=" + u, "HTTPS_PROXY=" + u,
@@ -175,8 +175,8 @@ func (r *Runner) unregisterClient(cid string) {
 	}
 }
 
-// EgressClients returns how many networked sandboxes the proxy knows.
-func (r *Runner) EgressClients() int {
+// egressClients returns how many networked sandboxes the proxy knows.
+func (r *Runner) egressClients() int {
 	r.eg.mu.RLock()
 	defer r.eg.mu.RUnlock()
 	return len(r.eg.byAddr)
@@ -189,7 +189,7 @@ func (r *Runner) EgressClients() int {
 // link-local IPv6 from reaching the host past IPv4 rules).
 func networkOptions(cfg *container.Config, hc *container.HostConfig, p *profiles.Exec, n *EgressNet) {
 	cfg.NetworkDisabled = false
-	cfg.Env = append(cfg.Env, n.ProxyEnv()...)
+	cfg.Env = append(cfg.Env, n.proxyEnv()...)
 	hc.NetworkMode = container.NetworkMode(n.Name)
 	hc.DNS = []string{n.Gateway.String()}
 	if p.Runtime != profiles.RuntimeRunsc {
@@ -249,10 +249,10 @@ func (r *Runner) EnsureEgressNetwork(ctx context.Context) (*EgressNet, error) {
 			return n, nil
 		}
 		r.log.Warn("removing an egress network with unexpected settings", "network", name, "why", why)
-		if err := r.cli.NetworkRemove(ctx, info.ID); err != nil && !client.IsErrNotFound(err) {
+		if err := r.cli.NetworkRemove(ctx, info.ID); err != nil && !cerrdefs.IsNotFound(err) {
 			return nil, fmt.Errorf("removing the egress network %s (%s): %w", name, why, err)
 		}
-	} else if !client.IsErrNotFound(err) {
+	} else if !cerrdefs.IsNotFound(err) {
 		return nil, fmt.Errorf("inspecting the egress network %s: %w", name, err)
 	}
 	off := false
@@ -363,7 +363,7 @@ func (n *EgressNet) CheckBridge() error {
 func (r *Runner) RemoveEgressNetwork(ctx context.Context) error {
 	name := EgressNetworkName(r.instance)
 	info, err := r.cli.NetworkInspect(ctx, name, network.InspectOptions{})
-	if client.IsErrNotFound(err) {
+	if cerrdefs.IsNotFound(err) {
 		return nil
 	}
 	if err != nil {
@@ -382,7 +382,7 @@ func (r *Runner) RemoveEgressNetwork(ctx context.Context) error {
 			_ = r.cli.ContainerRemove(ctx, c.ID, container.RemoveOptions{Force: true})
 		}
 	}
-	if err := r.cli.NetworkRemove(ctx, info.ID); err != nil && !client.IsErrNotFound(err) {
+	if err := r.cli.NetworkRemove(ctx, info.ID); err != nil && !cerrdefs.IsNotFound(err) {
 		if strings.Contains(err.Error(), "active endpoints") {
 			return fmt.Errorf("removing the egress network %s: containers are still attached: %w", name, err)
 		}

@@ -22,10 +22,10 @@ func TestCreateOptionsNetworked(t *testing.T) {
 	p.Name, p.Egress = "mirror", "package-mirror"
 	spec := &Spec{ID: "ex_1", Profile: &p, Limits: p.Limits}
 
-	if _, _, err := CreateOptions(spec, "sha256:abc", "inst", nil); !errors.Is(err, ErrEgressUnavailable) {
+	if _, _, err := createOptions(spec, "sha256:abc", "inst", nil); !errors.Is(err, ErrEgressUnavailable) {
 		t.Fatalf("no egress network: err %v, want ErrEgressUnavailable", err)
 	}
-	cfg, hc, err := CreateOptions(spec, "sha256:abc", "inst", testEgressNet())
+	cfg, hc, err := createOptions(spec, "sha256:abc", "inst", testEgressNet())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -54,7 +54,7 @@ func TestCreateOptionsNetworked(t *testing.T) {
 	}
 
 	// egress none: unchanged, whatever network is set up.
-	cfg, hc, err = CreateOptions(&Spec{ID: "ex_2", Profile: base, Limits: base.Limits}, "sha256:abc", "inst", testEgressNet())
+	cfg, hc, err = createOptions(&Spec{ID: "ex_2", Profile: base, Limits: base.Limits}, "sha256:abc", "inst", testEgressNet())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -85,7 +85,7 @@ func TestEgressClients(t *testing.T) {
 		t.Fatalf("after the earlier container's removal: %s %v, want ex_2", id, ok)
 	}
 	r.unregisterClient("c2")
-	if _, _, ok := r.EgressClient(a); ok || r.EgressClients() != 0 {
+	if _, _, ok := r.EgressClient(a); ok || r.egressClients() != 0 {
 		t.Fatal("the address is still mapped after its container's removal")
 	}
 	r.unregisterClient("c3") // unknown: no-op

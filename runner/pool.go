@@ -167,9 +167,9 @@ func (p *pool) take(ctx context.Context, prof *profiles.Exec, imageID string) *b
 		return nil
 	}
 	c := p.class(prof, imageID)
-	c.takes = append(c.takes, time.Now())
-	wait := time.NewTimer(min(max(c.startTime, 100*time.Millisecond), maxInflightWait))
-	defer wait.Stop()
+	c.takes = append(c.takes, p.r.clock.Now())
+	waited, stop := p.r.clock.NewTimer(min(max(c.startTime, 100*time.Millisecond), maxInflightWait))
+	defer stop()
 	for {
 		for len(c.ready) > 0 {
 			b := c.ready[0]
@@ -190,7 +190,7 @@ func (p *pool) take(ctx context.Context, prof *profiles.Exec, imageID string) *b
 		select {
 		case <-arrived:
 			p.mu.Lock()
-		case <-wait.C:
+		case <-waited:
 			p.mu.Lock()
 			return nil
 		case <-ctx.Done():
@@ -236,7 +236,7 @@ func (p *pool) fill(prof *profiles.Exec, imageID string) {
 // refillLocked starts fillers, at most maxFillers at once, while the class
 // is below its target (counting the boxes already starting).
 func (p *pool) refillLocked(c *poolClass) {
-	for !p.closed && !c.gone && !c.disabled && c.filling < maxFillers && len(c.ready)+c.filling < p.target(c, time.Now()) {
+	for !p.closed && !c.gone && !c.disabled && c.filling < maxFillers && len(c.ready)+c.filling < p.target(c, p.r.clock.Now()) {
 		c.filling++
 		p.wg.Add(1)
 		go p.filler(c)
@@ -254,22 +254,22 @@ func (p *pool) filler(c *poolClass) {
 	}
 	p.mu.Unlock()
 	if backoff > 0 {
-		time.Sleep(backoff)
+		sleep(p.r.clock, backoff)
 	}
 	// Unless the pool runs low, start the box when no run is in progress,
 	// so that its start does not take the CPU from one.
 	p.r.quiet.wait(maxFillDelay, func() bool {
 		p.mu.Lock()
 		defer p.mu.Unlock()
-		return p.closed || len(c.ready) < max(1, (p.target(c, time.Now())+1)/2)
+		return p.closed || len(c.ready) < max(1, (p.target(c, p.r.clock.Now())+1)/2)
 	})
 
 	id := NewExecID()
 	spec := &Spec{ID: id, Profile: prof, Limits: prof.Limits}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	began := time.Now()
+	began := p.r.clock.Now()
 	b, err := p.r.startBox(ctx, spec, imageID)
-	took := time.Since(began)
+	took := p.r.clock.Now().Sub(began)
 	cancel()
 
 	p.mu.Lock()

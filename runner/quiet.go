@@ -17,6 +17,7 @@ type quiet struct {
 	since   time.Time     // when active last fell to 0
 	changed chan struct{} // closed and replaced whenever active changes
 	closing bool          // no more waiting: shutting down
+	clock   clock
 }
 
 // quietGrace is how long after the last run ends the machine counts as
@@ -24,7 +25,7 @@ type quiet struct {
 // writes the answer after the runner returns.
 const quietGrace = 30 * time.Millisecond
 
-func newQuiet() *quiet { return &quiet{changed: make(chan struct{})} }
+func newQuiet(c clock) *quiet { return &quiet{changed: make(chan struct{}), clock: c} }
 
 // begin marks a run in progress until the returned func is called.
 func (q *quiet) begin() func() {
@@ -38,7 +39,7 @@ func (q *quiet) begin() func() {
 			q.mu.Lock()
 			q.active--
 			if q.active == 0 {
-				q.since = time.Now()
+				q.since = q.clock.Now()
 			}
 			q.signalLocked()
 			q.mu.Unlock()
@@ -63,11 +64,11 @@ func (q *quiet) close() {
 // urgent (if not nil) reports true, or after at most limit, whichever comes
 // first. urgent is checked whenever the state changes and every 50 ms.
 func (q *quiet) wait(limit time.Duration, urgent func() bool) {
-	deadline := time.Now().Add(limit)
+	deadline := q.clock.Now().Add(limit)
 	for {
 		q.mu.Lock()
-		now := time.Now()
-		if q.closing || now.After(deadline) {
+		now := q.clock.Now()
+		if q.closing || !now.Before(deadline) {
 			q.mu.Unlock()
 			return
 		}
@@ -85,11 +86,11 @@ func (q *quiet) wait(limit time.Duration, urgent func() bool) {
 		if urgent != nil && urgent() {
 			return
 		}
-		t := time.NewTimer(next)
+		timer, stop := q.clock.NewTimer(next)
 		select {
 		case <-changed:
-		case <-t.C:
+		case <-timer:
 		}
-		t.Stop()
+		stop()
 	}
 }

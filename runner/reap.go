@@ -6,9 +6,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/docker/docker/api/types/container"
-	"github.com/docker/docker/api/types/filters"
-	"github.com/docker/docker/client"
+	cerrdefs "github.com/containerd/errdefs"
 )
 
 // liveSet is the containers this runner created and has not removed yet.
@@ -41,27 +39,21 @@ func (l *liveSet) has(id string) bool {
 	return l.ids[id]
 }
 
-// Reap removes the containers of this instance that no run owns and that
+// reap removes the containers of this instance that no run owns and that
 // are at least grace old, and returns how many it removed. grace covers a
 // create whose answer has not arrived yet; at shutdown, with nothing being
 // created, it is 0.
-func (r *Runner) Reap(ctx context.Context, grace time.Duration) (int, error) {
-	list, err := r.cli.ContainerList(ctx, container.ListOptions{
-		All: true,
-		Filters: filters.NewArgs(
-			filters.Arg("label", LabelManaged+"=true"),
-			filters.Arg("label", LabelInstance+"="+r.instance),
-		),
-	})
+func (r *Runner) reap(ctx context.Context, grace time.Duration) (int, error) {
+	list, err := r.ours(ctx)
 	if err != nil {
 		return 0, fmt.Errorf("listing containers to reap: %w", err)
 	}
 	n := 0
 	for _, c := range list {
-		if r.live.has(c.ID) || time.Since(time.Unix(c.Created, 0)) < grace {
+		if r.live.has(c.ID) || r.clock.Now().Sub(time.Unix(c.Created, 0)) < grace {
 			continue
 		}
-		if err := r.cli.ContainerRemove(ctx, c.ID, container.RemoveOptions{Force: true, RemoveVolumes: true}); err != nil && !client.IsErrNotFound(err) {
+		if err := r.removeNow(ctx, c.ID); err != nil && !cerrdefs.IsNotFound(err) {
 			r.reaped.Add(int64(n))
 			return n, fmt.Errorf("reaping container %s: %w", c.ID[:12], err)
 		}
@@ -74,7 +66,7 @@ func (r *Runner) Reap(ctx context.Context, grace time.Duration) (int, error) {
 	return n, nil
 }
 
-// Reaped returns how many containers Reap has removed since New.
+// Reaped returns how many containers reap has removed since New.
 func (r *Runner) Reaped() int64 { return r.reaped.Load() }
 
 // reapGrace is how old an unowned container must be before the periodic
@@ -95,7 +87,7 @@ func (r *Runner) StartReaper(interval time.Duration) {
 				return
 			case <-t.C:
 				ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-				if _, err := r.Reap(ctx, reapGrace); err != nil {
+				if _, err := r.reap(ctx, reapGrace); err != nil {
 					r.log.Warn("reaping failed", "err", err)
 				}
 				cancel()

@@ -17,9 +17,9 @@ import (
 	"sync/atomic"
 	"time"
 
+	cerrdefs "github.com/containerd/errdefs"
 	"github.com/docker/docker/api/types"
 	"github.com/docker/docker/api/types/container"
-	"github.com/docker/docker/api/types/filters"
 	"github.com/docker/docker/client"
 	"github.com/docker/docker/pkg/stdcopy"
 
@@ -35,8 +35,8 @@ const (
 	LabelInstance = "sandboxd.instance"
 )
 
-// LauncherPath is where the sandbox image carries the launcher.
-const LauncherPath = "/usr/local/bin/sandboxd-launcher"
+// launcherPath is where the sandbox image carries the launcher.
+const launcherPath = "/usr/local/bin/sandboxd-launcher"
 
 // Statuses of a finished run.
 const (
@@ -125,7 +125,11 @@ var errStaleBox = errors.New("pooled sandbox is gone")
 
 // Runner starts containers through one engine client.
 type Runner struct {
-	cli      *client.Client
+	cli *client.Client
+	// ctr is cli as far as a sandbox's start and removal go (engine.go);
+	// clock times the background work around them.
+	ctr      containerEngine
+	clock    clock
 	log      *slog.Logger
 	instance string
 	removals sync.WaitGroup
@@ -150,7 +154,15 @@ func New(log *slog.Logger, instance string) (*Runner, error) {
 	if err != nil {
 		return nil, fmt.Errorf("connecting to the container engine: %w", err)
 	}
-	return &Runner{cli: cli, log: log, instance: instance, images: newImageCache(), quiet: newQuiet()}, nil
+	r := newRunner(log, instance, cli, realClock{})
+	r.cli = cli
+	return r, nil
+}
+
+// newRunner is a Runner whose sandboxes start and end through ctr, its
+// background work timed by clk. Its cli is unset.
+func newRunner(log *slog.Logger, instance string, ctr containerEngine, clk clock) *Runner {
+	return &Runner{ctr: ctr, clock: clk, log: log, instance: instance, images: newImageCache(), quiet: newQuiet(clk)}
 }
 
 // InstanceID derives a stable instance name from a data directory, so a
@@ -170,7 +182,7 @@ func (r *Runner) Ping(ctx context.Context) error {
 func (r *Runner) ImageID(ctx context.Context, ref string) (string, error) {
 	img, err := r.cli.ImageInspect(ctx, ref)
 	if err != nil {
-		if client.IsErrNotFound(err) {
+		if cerrdefs.IsNotFound(err) {
 			return "", fmt.Errorf("%w: %s (build it with `make image`)", ErrImageMissing, ref)
 		}
 		return "", fmt.Errorf("%w: inspecting image %s: %v", ErrEngine, ref, err)
@@ -194,19 +206,13 @@ func (r *Runner) Runtimes(ctx context.Context) ([]string, error) {
 // Cleanup removes the containers of this instance that an earlier process
 // left behind, and returns how many it removed.
 func (r *Runner) Cleanup(ctx context.Context) (int, error) {
-	list, err := r.cli.ContainerList(ctx, container.ListOptions{
-		All: true,
-		Filters: filters.NewArgs(
-			filters.Arg("label", LabelManaged+"=true"),
-			filters.Arg("label", LabelInstance+"="+r.instance),
-		),
-	})
+	list, err := r.ours(ctx)
 	if err != nil {
 		return 0, fmt.Errorf("listing leftover containers: %w", err)
 	}
 	n := 0
 	for _, c := range list {
-		if err := r.cli.ContainerRemove(ctx, c.ID, container.RemoveOptions{Force: true, RemoveVolumes: true}); err != nil && !client.IsErrNotFound(err) {
+		if err := r.removeNow(ctx, c.ID); err != nil && !cerrdefs.IsNotFound(err) {
 			return n, fmt.Errorf("removing leftover container %s: %w", c.ID[:12], err)
 		}
 		n++
@@ -231,7 +237,7 @@ func (r *Runner) Close(ctx context.Context) error {
 	}
 	// Nothing is being created now: whatever of this instance is left
 	// belongs to no run (an earlier process's late create, say).
-	if _, err := r.Reap(ctx, 0); err != nil {
+	if _, err := r.reap(ctx, 0); err != nil {
 		r.log.Warn("reaping at shutdown failed", "err", err)
 	}
 	r.closeEgress(ctx) // network.go
@@ -241,11 +247,11 @@ func (r *Runner) Close(ctx context.Context) error {
 	return r.cli.Close()
 }
 
-// CreateOptions builds the container configuration for a spec. It is the
+// createOptions builds the container configuration for a spec. It is the
 // single place where the lockdown is written down. en is the egress
 // network, for a profile whose egress is not "none" (networkOptions);
 // such a profile without one is refused.
-func CreateOptions(spec *Spec, imageID, instance string, en *EgressNet) (*container.Config, *container.HostConfig, error) {
+func createOptions(spec *Spec, imageID, instance string, en *EgressNet) (*container.Config, *container.HostConfig, error) {
 	p := spec.Profile
 	l := spec.Limits
 	if Networked(p) && en == nil {
@@ -259,7 +265,7 @@ func CreateOptions(spec *Spec, imageID, instance string, en *EgressNet) (*contai
 	mem := l.MemoryMB << 20
 	cfg := &container.Config{
 		Image:        imageID,
-		Entrypoint:   []string{LauncherPath},
+		Entrypoint:   []string{launcherPath},
 		Cmd:          launcherArgs(p),
 		User:         p.User,
 		WorkingDir:   jobproto.WorkDir,
@@ -357,7 +363,7 @@ type box struct {
 // nothing is left behind.
 func (r *Runner) startBox(ctx context.Context, spec *Spec, imageID string) (*box, error) {
 	en := r.EgressNetwork()
-	cfg, hc, err := CreateOptions(spec, imageID, r.instance, en)
+	cfg, hc, err := createOptions(spec, imageID, r.instance, en)
 	if err != nil {
 		return nil, err
 	}
@@ -365,8 +371,8 @@ func (r *Runner) startBox(ctx context.Context, spec *Spec, imageID string) (*box
 	// Engine calls use a context that outlives a cancelled request, so a
 	// half-made container is always cleaned up.
 	bg := context.WithoutCancel(ctx)
-	created, err := r.cli.ContainerCreate(bg, cfg, hc, nil, nil, name)
-	if client.IsErrNotFound(err) {
+	created, err := r.ctr.ContainerCreate(bg, cfg, hc, nil, nil, name)
+	if cerrdefs.IsNotFound(err) {
 		return nil, fmt.Errorf("%w: %s (%s): %v", ErrImageMissing, spec.Profile.Image, imageID, err)
 	}
 	if err != nil {
@@ -374,12 +380,12 @@ func (r *Runner) startBox(ctx context.Context, spec *Spec, imageID string) (*box
 	}
 	r.live.add(created.ID)
 	b := &box{id: created.ID, imageID: imageID}
-	b.hj, err = r.cli.ContainerAttach(bg, b.id, container.AttachOptions{Stream: true, Stdin: true, Stdout: true, Stderr: true})
+	b.hj, err = r.ctr.ContainerAttach(bg, b.id, container.AttachOptions{Stream: true, Stdin: true, Stdout: true, Stderr: true})
 	if err != nil {
 		r.removeLater(b.id)
 		return nil, fmt.Errorf("%w: attaching to container: %v", ErrEngine, err)
 	}
-	if err := r.cli.ContainerStart(bg, b.id, container.StartOptions{}); err != nil {
+	if err := r.ctr.ContainerStart(bg, b.id, container.StartOptions{}); err != nil {
 		b.hj.Close()
 		r.removeLater(b.id)
 		return nil, fmt.Errorf("%w: starting container: %v", ErrEngine, err)
@@ -670,7 +676,7 @@ func (r *Runner) oomKilled(ctx context.Context, cid string) bool {
 func (r *Runner) kill(cid string) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	if err := r.cli.ContainerKill(ctx, cid, "KILL"); err != nil && !client.IsErrNotFound(err) && !strings.Contains(err.Error(), "is not running") {
+	if err := r.cli.ContainerKill(ctx, cid, "KILL"); err != nil && !cerrdefs.IsNotFound(err) && !strings.Contains(err.Error(), "is not running") {
 		r.log.Warn("killing container failed", "container", cid[:12], "err", err)
 	}
 }
@@ -692,21 +698,21 @@ func (r *Runner) removeLater(cid string) {
 		// Retried for removeRetryFor, which rides out an engine restart.
 		// A container given up on leaves the live set: the reaper, and
 		// Close's last reap, remove it once the engine answers again.
-		giveUp := time.Now().Add(removeRetryFor)
+		giveUp := r.clock.Now().Add(removeRetryFor)
 		delay := 200 * time.Millisecond
 		for attempt := 1; ; attempt++ {
 			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-			err := r.cli.ContainerRemove(ctx, cid, container.RemoveOptions{Force: true, RemoveVolumes: true})
+			err := r.removeNow(ctx, cid)
 			cancel()
-			if err == nil || client.IsErrNotFound(err) || strings.Contains(err.Error(), "already in progress") {
+			if err == nil || cerrdefs.IsNotFound(err) || strings.Contains(err.Error(), "already in progress") {
 				r.live.remove(cid)
 				return
 			}
-			if time.Now().Add(delay).After(giveUp) {
+			if r.clock.Now().Add(delay).After(giveUp) {
 				break
 			}
 			r.log.Warn("removing container failed; retrying", "container", cid[:12], "attempt", attempt, "err", err)
-			time.Sleep(delay)
+			sleep(r.clock, delay)
 			delay = min(2*delay, 5*time.Second)
 		}
 		r.live.remove(cid)

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	cerrdefs "github.com/containerd/errdefs"
 	"github.com/docker/docker/api/types/container"
 	"github.com/docker/docker/api/types/filters"
 	"github.com/docker/docker/client"
@@ -35,7 +36,7 @@ func TestCreateOptionsLockdown(t *testing.T) {
 	l.MemoryMB = 64
 	l.CPUs = 0.5
 	spec := &Spec{ID: "ex_1", Profile: p, Limits: l}
-	cfg, hc, err := CreateOptions(spec, "sha256:abc", "inst", nil)
+	cfg, hc, err := createOptions(spec, "sha256:abc", "inst", nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -76,7 +77,7 @@ func TestCreateOptionsLockdown(t *testing.T) {
 
 	bad := *p
 	bad.User = "0:0"
-	if _, _, err := CreateOptions(&Spec{Profile: &bad, Limits: l}, "x", "i", nil); err == nil {
+	if _, _, err := createOptions(&Spec{Profile: &bad, Limits: l}, "x", "i", nil); err == nil {
 		t.Error("root user accepted")
 	}
 }
@@ -288,7 +289,7 @@ func TestCleanupRemovesOnlyOwnLeftovers(t *testing.T) {
 	}
 	var otherID string
 	for i, inst := range []string{mine, other} {
-		cfg, hc, err := CreateOptions(&Spec{ID: "ex_left" + inst, Profile: p, Limits: p.Limits}, img, inst, nil)
+		cfg, hc, err := createOptions(&Spec{ID: "ex_left" + inst, Profile: p, Limits: p.Limits}, img, inst, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -340,7 +341,7 @@ func TestReapRemovesOnlyUnownedContainers(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer cli.Close()
-	cfg, hc, err := CreateOptions(&Spec{ID: "ex_orphan", Profile: p, Limits: p.Limits}, img, instance, nil)
+	cfg, hc, err := createOptions(&Spec{ID: "ex_orphan", Profile: p, Limits: p.Limits}, img, instance, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -352,13 +353,13 @@ func TestReapRemovesOnlyUnownedContainers(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if n, err := r.Reap(ctx, time.Hour); err != nil || n != 0 {
-		t.Fatalf("Reap within the grace period removed %d (%v), want 0", n, err)
+	if n, err := r.reap(ctx, time.Hour); err != nil || n != 0 {
+		t.Fatalf("reap within the grace period removed %d (%v), want 0", n, err)
 	}
-	if n, err := r.Reap(ctx, 0); err != nil || n != 1 {
-		t.Fatalf("Reap = %d, %v; want the one orphan", n, err)
+	if n, err := r.reap(ctx, 0); err != nil || n != 1 {
+		t.Fatalf("reap = %d, %v; want the one orphan", n, err)
 	}
-	if _, err := cli.ContainerInspect(ctx, orphan.ID); !client.IsErrNotFound(err) {
+	if _, err := cli.ContainerInspect(ctx, orphan.ID); !cerrdefs.IsNotFound(err) {
 		t.Fatalf("the orphan is still there: %v", err)
 	}
 	if _, err := cli.ContainerInspect(ctx, owned.id); err != nil {

@@ -26,7 +26,7 @@ func strictProfile(t *testing.T) *profiles.Exec {
 
 func TestCreateOptionsRuntimeIsTheProfiles(t *testing.T) {
 	for _, p := range []*profiles.Exec{defaultProfile(t), strictProfile(t)} {
-		_, hc, err := CreateOptions(&Spec{ID: "ex_1", Profile: p, Limits: p.Limits}, "sha256:abc", "inst", nil)
+		_, hc, err := createOptions(&Spec{ID: "ex_1", Profile: p, Limits: p.Limits}, "sha256:abc", "inst", nil)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -21,7 +21,7 @@ import (
 
 // Sessions: a sandbox that keeps one Python interpreter alive across calls
 // (see jobproto/session.go for the protocol). The container is made exactly
-// as for a run (CreateOptions, or a box of the warm pool), and handed a
+// as for a run (createOptions, or a box of the warm pool), and handed a
 // session instead of a job. sandboxd alone times each call: at its limit
 // the interpreter is interrupted (SIGINT, KeyboardInterrupt); when no
 // report follows within a second it is killed with everything it started
@@ -112,7 +112,6 @@ type Session struct {
 	mu         sync.Mutex // one operation at a time
 	needReady  bool
 	cpuCharged int64
-	memory     int64
 
 	done      chan struct{}
 	ending    atomic.Bool
@@ -190,7 +189,7 @@ func (r *Runner) openSession(ctx context.Context, b *box, spec *Spec, opts Sessi
 		}
 		return nil, err
 	}
-	s.cpuCharged, s.memory = ready.CPUTotalMS, ready.MemoryBytes
+	s.cpuCharged = ready.CPUTotalMS
 	return s, nil
 }
 
@@ -209,13 +208,6 @@ func (s *Session) EndReason() (status, reason string) {
 	s.endMu.Lock()
 	defer s.endMu.Unlock()
 	return s.endStatus, s.endReason
-}
-
-// MemoryBytes is the container's memory use as of the last call.
-func (s *Session) MemoryBytes() int64 {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.memory
 }
 
 // Close ends the session: its container is killed and removed.
@@ -523,7 +515,6 @@ wait:
 	if end != nil {
 		res.Exception = end.Exception
 		res.StateLost = end.StateLost
-		s.memory = end.MemoryBytes
 		res.MemoryBytes = end.MemoryBytes
 		res.ChargeCPU = s.charge(end)
 	}

@@ -65,11 +65,11 @@ func TestSessionOnAPooledBox(t *testing.T) {
 		t.Fatalf("first call: %+v", res)
 	}
 	// The reaper removes containers no run owns; a live session is owned.
-	if n, err := r.Reap(ctx, 0); err != nil || n != 0 {
-		t.Fatalf("Reap removed %d containers (%v) while the session lived", n, err)
+	if n, err := r.reap(ctx, 0); err != nil || n != 0 {
+		t.Fatalf("reap removed %d containers (%v) while the session lived", n, err)
 	}
 	if res := mustExec(t, s, "x + 2"); repr(res) != "22" {
-		t.Fatalf("state after Reap: %+v", res)
+		t.Fatalf("state after reap: %+v", res)
 	}
 	if err := s.PutFiles(ctx, []jobproto.File{{Path: "d/in.txt", Content: []byte("hello")}}); err != nil {
 		t.Fatal(err)
