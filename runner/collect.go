@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"io"
 	"time"
-	"unicode/utf8"
 
 	"github.com/sandboxd/sandboxd/internal/jobproto"
 	"github.com/sandboxd/sandboxd/redact"
@@ -171,14 +170,8 @@ func (c *collector) finish() map[string]int {
 		_ = w.Close()
 		counts.Add(w.Counts())
 	}
-	for i, f := range c.files {
-		if !utf8.Valid(f.Content) {
-			continue // binary files are returned as they are
-		}
-		out, n := c.redact.Bytes(f.Content)
-		c.files[i].Content = out
-		counts.Add(n)
-	}
+	// Returned files are redacted by internal/outputs, with the rest of
+	// what leaves sandboxd.
 	return counts
 }
 

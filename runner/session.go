@@ -519,9 +519,6 @@ wait:
 		res.ChargeCPU = s.charge(end)
 	}
 	s.classifyCall(res, end, stopped, stopMsg, restarted, lost, call)
-	if call.Redact != nil {
-		redactResults(call.Redact, res)
-	}
 	return res, nil
 }
 
@@ -607,28 +604,6 @@ func (s *Session) restart(res *SessionResult) {
 		return
 	}
 	s.needReady = true
-}
-
-func redactResults(r *redact.Redactor, res *SessionResult) {
-	counts := redact.Counts{}
-	for k, v := range res.Redactions {
-		counts[k] += v
-	}
-	for i := range res.Results {
-		if res.Results[i].Text != "" {
-			t, n := r.String(res.Results[i].Text)
-			res.Results[i].Text = t
-			counts.Add(n)
-		}
-	}
-	if e := res.Exception; e != nil {
-		var n redact.Counts
-		e.Message, n = r.String(e.Message)
-		counts.Add(n)
-		e.Traceback, n = r.String(e.Traceback)
-		counts.Add(n)
-	}
-	res.Redactions = counts
 }
 
 // sessionFrame takes one output frame of a session call: stdout, stderr,

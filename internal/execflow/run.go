@@ -11,7 +11,9 @@ import (
 	"github.com/sandboxd/sandboxd/api"
 	"github.com/sandboxd/sandboxd/internal/control"
 	"github.com/sandboxd/sandboxd/internal/control/admit"
+	"github.com/sandboxd/sandboxd/internal/outputs"
 	"github.com/sandboxd/sandboxd/internal/store"
+	"github.com/sandboxd/sandboxd/redact"
 	"github.com/sandboxd/sandboxd/runner"
 )
 
@@ -176,6 +178,10 @@ func (f *Flow) run(live *Live, j *Job) *control.Answer {
 		return a
 	}
 	res := out.Result
+	outputs.Result(spec.Redact, res)
+	for typ, n := range res.Redactions {
+		m.Redactions.WithLabelValues(typ).Add(float64(n))
+	}
 	j.timing.pooled, j.timing.acquire, j.timing.run = res.Pooled, res.Acquire, res.Duration
 	j.timing.exchange = max(0, wall-res.Acquire-res.Duration)
 	cpu := (res.UserCPU + res.SysCPU).Milliseconds()
@@ -224,8 +230,12 @@ func (f *Flow) resultAnswer(j *Job, res *runner.Result) *control.Answer {
 		resp.ID = j.ID
 	}
 	resp.Datasets = j.Datasets
+	// The last net: every text field of the answer is redacted too.
+	redact.Counts(resp.Redactions).Add(outputs.Strings(j.Spec.Redact, resp))
 	if j.Respond != nil {
-		return control.RunAnswer(resp, j.Respond(resp))
+		body := j.Respond(resp)
+		redact.Counts(resp.Redactions).Add(outputs.Strings(j.Spec.Redact, body))
+		return control.RunAnswer(resp, body)
 	}
 	return control.RunAnswer(resp, resp)
 }

@@ -34,6 +34,7 @@ import (
 	"github.com/sandboxd/sandboxd/internal/control"
 	"github.com/sandboxd/sandboxd/internal/forensics/audit"
 	"github.com/sandboxd/sandboxd/internal/forensics/capture"
+	"github.com/sandboxd/sandboxd/internal/outputs"
 	"github.com/sandboxd/sandboxd/profiles"
 	"github.com/sandboxd/sandboxd/redact"
 )
@@ -356,6 +357,9 @@ func (f *Flow) fetchResponse(j *fetchJob, res *browse.Result) (*api.FetchRespons
 	if resp.Redactions == nil {
 		resp.Redactions = map[string]int{}
 	}
+	// The last net: every text field of the answer is redacted too (the
+	// upstream's content type, say).
+	redact.Counts(resp.Redactions).Add(outputs.Strings(rd, resp))
 
 	capt := &capture.Capture{Kind: "fetch", Tenant: j.key.Tenant, KeyID: j.key.ID, RequestID: j.requestID, Retention: capture.Days(j.profile.CaptureRetentionDays),
 		Meta: map[string]string{

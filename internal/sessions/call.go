@@ -22,6 +22,7 @@ import (
 	"github.com/sandboxd/sandboxd/internal/forensics/audit"
 	"github.com/sandboxd/sandboxd/internal/forensics/capture"
 	"github.com/sandboxd/sandboxd/internal/jobproto"
+	"github.com/sandboxd/sandboxd/internal/outputs"
 	"github.com/sandboxd/sandboxd/runner"
 )
 
@@ -117,6 +118,9 @@ func (m *Manager) run(ctx context.Context, ls *Session, spec *runner.Spec) (*run
 	call := &runner.SessionCall{ID: spec.ID, Code: spec.Job.Code, Stdin: spec.Job.Stdin, Files: spec.Job.Files,
 		TimeoutMS: spec.Limits.TimeoutMS, OutputBytes: spec.Limits.OutputBytes, Redact: spec.Redact}
 	res, err := ls.box.Exec(ctx, call)
+	if err == nil {
+		outputs.Session(spec.Redact, res)
+	}
 	if err != nil {
 		switch {
 		case errors.Is(err, runner.ErrSessionEnded):

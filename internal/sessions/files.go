@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
-	"unicode/utf8"
 
 	"github.com/sandboxd/sandboxd/api"
 	"github.com/sandboxd/sandboxd/internal/control"
@@ -14,6 +13,7 @@ import (
 	"github.com/sandboxd/sandboxd/internal/forensics/audit"
 	"github.com/sandboxd/sandboxd/internal/forensics/capture"
 	"github.com/sandboxd/sandboxd/internal/jobproto"
+	"github.com/sandboxd/sandboxd/internal/outputs"
 	"github.com/sandboxd/sandboxd/runner"
 )
 
@@ -76,10 +76,9 @@ func (m *Manager) GetFile(ctx context.Context, ls *Session, path string, t *Tran
 	case reason != "":
 		return nil, &api.Error{Status: http.StatusUnprocessableEntity, Code: api.CodeFileUnavailable, Message: fmt.Sprintf("/sandbox/%s is not returned: %s", path, reason)}
 	}
-	content := f.Content
-	var red map[string]int
-	if utf8.Valid(content) {
-		content, red = m.cfg.Flow.Redactor(ls.profile).Bytes(content)
+	content, red, withheld := outputs.Content(m.cfg.Flow.Redactor(ls.profile), f.Content)
+	if withheld != "" {
+		return nil, &api.Error{Status: http.StatusUnprocessableEntity, Code: api.CodeFileUnavailable, Message: fmt.Sprintf("/sandbox/%s is not returned: %s", path, withheld)}
 	}
 	if err := m.auditTransfer(ls, "file_get", nil, []jobproto.File{{Path: path, Content: content}}, red, t); err != nil {
 		return nil, err
