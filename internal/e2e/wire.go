@@ -83,6 +83,8 @@ type ExecResponse struct {
 		Version string `json:"version"`
 	} `json:"profile"`
 	Image string `json:"image"`
+	// Redactions counts the secrets removed from the answer, by type.
+	Redactions map[string]int `json:"redactions"`
 }
 
 // File returns the returned file at path, or nil.
