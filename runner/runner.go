@@ -7,6 +7,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -679,6 +680,24 @@ func (r *Runner) kill(cid string) {
 	if err := r.cli.ContainerKill(ctx, cid, "KILL"); err != nil && !cerrdefs.IsNotFound(err) && !strings.Contains(err.Error(), "is not running") {
 		r.log.Warn("killing container failed", "container", cid[:12], "err", err)
 	}
+}
+
+// containerCPU returns the CPU time (ms) the container has used, as the
+// engine's cgroup accounting says, or -1 when the engine cannot say (the
+// container is gone, the engine does not answer within 3 s).
+func (r *Runner) containerCPU(cid string) int64 {
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+	defer cancel()
+	st, err := r.cli.ContainerStatsOneShot(ctx, cid)
+	if err != nil {
+		return -1
+	}
+	defer st.Body.Close()
+	var s container.StatsResponse
+	if err := json.NewDecoder(st.Body).Decode(&s); err != nil || s.CPUStats.CPUUsage.TotalUsage == 0 {
+		return -1
+	}
+	return int64(s.CPUStats.CPUUsage.TotalUsage / uint64(time.Millisecond))
 }
 
 // removeLater removes the container off the request path. Close waits for

@@ -109,9 +109,14 @@ type Session struct {
 
 	wmu sync.Mutex // writes to the container's stdin
 
-	mu         sync.Mutex // one operation at a time
-	needReady  bool
-	cpuCharged int64
+	mu        sync.Mutex // one operation at a time
+	needReady bool
+	// cpuCharged is the container's CPU total (ms) charged so far;
+	// cpuFinal its total when the session ended (-1: not known), read
+	// before the container was killed, so that what ran after the last
+	// call (threads left spinning) is charged too.
+	cpuCharged atomic.Int64
+	cpuFinal   int64
 
 	done      chan struct{}
 	ending    atomic.Bool
@@ -189,7 +194,7 @@ func (r *Runner) openSession(ctx context.Context, b *box, spec *Spec, opts Sessi
 		}
 		return nil, err
 	}
-	s.cpuCharged = ready.CPUTotalMS
+	s.cpuCharged.Store(ready.CPUTotalMS)
 	return s, nil
 }
 
@@ -216,8 +221,10 @@ func (s *Session) Close(reason string) { s.end("", reason) }
 func (s *Session) end(status, reason string) {
 	s.endOnce.Do(func() {
 		s.ending.Store(true)
+		final := s.r.containerCPU(s.cid)
 		s.endMu.Lock()
 		s.endStatus, s.endReason = status, reason
+		s.cpuFinal = final
 		s.endMu.Unlock()
 		s.r.kill(s.cid)
 		s.hj.Close()
@@ -526,11 +533,29 @@ wait:
 func (s *Session) charge(end *jobproto.CallEnd) time.Duration {
 	own := end.UserCPUMS + end.SysCPUMS
 	ms := own
-	if end.CPUTotalMS >= s.cpuCharged {
-		ms = max(end.CPUTotalMS-s.cpuCharged, own)
+	if charged := s.cpuCharged.Load(); end.CPUTotalMS >= charged {
+		ms = max(end.CPUTotalMS-charged, own)
 	}
-	s.cpuCharged = end.CPUTotalMS
+	s.cpuCharged.Store(end.CPUTotalMS)
 	return time.Duration(ms) * time.Millisecond
+}
+
+// Uncharged returns the CPU the session's container used that no call
+// was charged for, once it has ended (threads a call left running, up to
+// the end); it is taken: a second call returns 0. Before the end, or when
+// the engine could not say, it is 0.
+func (s *Session) Uncharged() time.Duration {
+	if !s.ended() {
+		return 0
+	}
+	s.endMu.Lock()
+	defer s.endMu.Unlock()
+	if s.cpuFinal < 0 {
+		return 0
+	}
+	d := s.cpuFinal - s.cpuCharged.Load()
+	s.cpuCharged.Store(s.cpuFinal)
+	return time.Duration(max(d, 0)) * time.Millisecond
 }
 
 // classifyCall sets the status and message of a call, and what the
@@ -543,6 +568,7 @@ func (s *Session) classifyCall(res *SessionResult, end *jobproto.CallEnd, stoppe
 		<-s.done
 		status, reason := s.EndReason()
 		res.Ended, res.ExitCode = true, -1
+		res.ChargeCPU = s.Uncharged()
 		switch {
 		case status == StatusOOM:
 			res.Status = StatusOOM

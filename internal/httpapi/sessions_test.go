@@ -118,6 +118,9 @@ func (s *fakeSession) Close(reason string) {
 
 func (s *fakeSession) Done() <-chan struct{} { return s.done }
 
+// Uncharged: the fake's threads stop with its calls.
+func (s *fakeSession) Uncharged() time.Duration { return 0 }
+
 func (s *fakeSession) EndReason() (string, string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()

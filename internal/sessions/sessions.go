@@ -65,6 +65,9 @@ type Sandbox interface {
 	Close(reason string)
 	Done() <-chan struct{}
 	EndReason() (status, reason string)
+	// Uncharged is the CPU the sandbox used that no call was charged for,
+	// once it has ended (threads a call left running); taken once.
+	Uncharged() time.Duration
 }
 
 // Engine starts session sandboxes. Runner adapts *runner.Runner; unit
@@ -261,7 +264,18 @@ func (m *Manager) End(ls *Session, reason string) {
 	ls.mu.Unlock()
 	m.release(ls.tenant)
 	ls.box.Close(reason)
-	m.log.Info("session ended", "session_id", ls.id, "tenant", ls.tenant, "key_id", ls.keyID, "sandbox_id", ls.sandbox, "reason", reason)
+	// What ran after the last call (threads it left spinning) is charged
+	// now, to the tenant's day and the budget session its calls ran under.
+	extra := ls.box.Uncharged().Milliseconds()
+	if extra > 0 {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		m.plane.Limits().ChargeCPU(ctx, ls.tenant, ls.auditSession(), extra)
+		cancel()
+		ls.mu.Lock()
+		ls.usage.CPUMS += extra
+		ls.mu.Unlock()
+	}
+	m.log.Info("session ended", "session_id", ls.id, "tenant", ls.tenant, "key_id", ls.keyID, "sandbox_id", ls.sandbox, "reason", reason, "cpu_after_calls_ms", extra)
 	ar := audit.SessionEnd(ls.tenant, ls.keyID, ls.auditSession(), ls.id, reason, audit.ProfileRef{Name: ls.profile.Name, Version: ls.profile.Version}, ls.sandbox)
 	if err := m.plane.Append(ar); err != nil {
 		m.log.Error("writing the session end's audit record failed", "session_id", ls.id, "err", err)

@@ -242,3 +242,26 @@ func TestFetchHook(t *testing.T) {
 		t.Fatalf("%+v", r)
 	}
 }
+
+// CPU charged outside an exec (a session's threads after its last call)
+// counts against the tenant's day and the session.
+func TestChargeCPUOutsideAnExec(t *testing.T) {
+	ctx := context.Background()
+	cfg, _ := Parse("t.yaml", []byte("defaults:\n  daily_cpu_seconds: 2\n  session: {cpu_seconds: 1}\n"))
+	l := New(cfg, nil, nil)
+	if _, r, _ := l.AdmitExec(ctx, "t", "s", 100, 1); r != nil {
+		t.Fatalf("before: %+v", r)
+	}
+	l.ChargeCPU(ctx, "t", "s", 1500)
+	if _, r, _ := l.AdmitExec(ctx, "t", "s", 100, 1); r == nil || r.Budget != SessionCPU {
+		t.Fatalf("the session's budget after 1.5 s charged: %+v", r)
+	}
+	l.ChargeCPU(ctx, "t", "other", 600)
+	if _, r, _ := l.AdmitExec(ctx, "t", "", 100, 1); r == nil || r.Budget != TenantDailyCPU {
+		t.Fatalf("the tenant's day after 2.1 s charged: %+v", r)
+	}
+	rep, err := l.TenantUsage(ctx, "t")
+	if err != nil || rep.Used.CPUSeconds != 2.1 || rep.Used.Execs != 0 {
+		t.Fatalf("usage %+v %v", rep, err)
+	}
+}

@@ -435,13 +435,24 @@ func (l *Limiter) FetchAllowance(ctx context.Context, tenant, session string) (i
 	return allow, nil, nil
 }
 
+// ChargeCPU adds CPU used outside any exec (what a session's threads did
+// after its last call) to the tenant's day and the session.
+func (l *Limiter) ChargeCPU(ctx context.Context, tenant, session string, cpuMS int64) {
+	l.charge(ctx, tenant, session, store.Usage{CPUMillis: cpuMS}, "CPU")
+}
+
 // ChargeFetch adds fetched bytes to the tenant's day and the session.
 func (l *Limiter) ChargeFetch(ctx context.Context, tenant, session string, n int64) {
+	l.charge(ctx, tenant, session, store.Usage{FetchBytes: n}, "fetched bytes")
+}
+
+// charge adds u to the tenant's day and the session; what names it in a
+// failure's log line.
+func (l *Limiter) charge(ctx context.Context, tenant, session string, u store.Usage, what string) {
 	if err := l.load(ctx, tenant, session); err != nil {
-		l.log.Error("charging fetched bytes failed", "tenant", tenant, "err", err)
+		l.log.Error("charging "+what+" failed", "tenant", tenant, "err", err)
 		return
 	}
-	u := store.Usage{FetchBytes: n}
 	l.mu.Lock()
 	ts := l.tenants[tenant]
 	add(&ts.used, u)
