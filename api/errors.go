@@ -5,14 +5,16 @@ import "fmt"
 // Error codes of the JSON error body ({"error": {"code": ...}}). Each is
 // documented with the statuses it comes with in openapi.yaml.
 const (
-	CodeValidation  = "VALIDATION"
-	CodeAuth        = "AUTH"
-	CodeForbidden   = "FORBIDDEN"
-	CodeNotFound    = "NOT_FOUND"
-	CodeMethod      = "METHOD_NOT_ALLOWED"
-	CodeBusy        = "BUSY"
-	CodeUnavailable = "UNAVAILABLE"
-	CodeInternal    = "INTERNAL"
+	CodeValidation = "VALIDATION"
+	CodeAuth       = "AUTH"
+	CodeForbidden  = "FORBIDDEN"
+	CodeNotFound   = "NOT_FOUND"
+	CodeMethod     = "METHOD_NOT_ALLOWED"
+	CodeBusy       = "BUSY"
+	// CodeRequestTimeout (408): the request body did not arrive in time.
+	CodeRequestTimeout = "REQUEST_TIMEOUT"
+	CodeUnavailable    = "UNAVAILABLE"
+	CodeInternal       = "INTERNAL"
 )
 
 // Error codes of the control plane.

@@ -111,6 +111,8 @@ type serveConfig struct {
 	maxRuns, queue, poolSize, poolMax    int
 	queueWait, shutdownGrace             time.Duration
 	maxBodyMB                            int64
+	bodyTimeout                          time.Duration
+	maxOpenRequests                      int
 	logLevel                             string
 	ctl                                  controlFlags // control.go
 	// profilesPoll is how often the profiles dir is checked for changes
@@ -191,6 +193,8 @@ func parseServe(args []string, stderr io.Writer) (*serveConfig, error) {
 	fs.DurationVar(&c.queueWait, "queue-wait", envDuration("QUEUE_WAIT", 30*time.Second), "longest wait for a run slot (env SANDBOXD_QUEUE_WAIT)")
 	fs.DurationVar(&c.shutdownGrace, "shutdown-grace", envDuration("SHUTDOWN_GRACE", 15*time.Second), "on SIGTERM, how long running jobs may finish before they are killed (env SANDBOXD_SHUTDOWN_GRACE)")
 	fs.Int64Var(&c.maxBodyMB, "max-body-mb", int64(envInt("MAX_BODY_MB", 32)), "largest request body in MiB (env SANDBOXD_MAX_BODY_MB)")
+	fs.DurationVar(&c.bodyTimeout, "body-timeout", envDuration("BODY_TIMEOUT", 30*time.Second), "longest time a request body may take to arrive; a slower one is refused with 408 (env SANDBOXD_BODY_TIMEOUT)")
+	fs.IntVar(&c.maxOpenRequests, "max-open-requests", envInt("MAX_OPEN_REQUESTS", 64), "most requests one tenant may hold open at once; past it, 429 RATE_LIMITED (env SANDBOXD_MAX_OPEN_REQUESTS)")
 	fs.IntVar(&c.poolSize, "pool-size", envInt("POOL_SIZE", 2), "started sandboxes kept ready per exec profile; 0 turns the warm pool off (env SANDBOXD_POOL_SIZE)")
 	fs.IntVar(&c.poolMax, "pool-max", envInt("POOL_MAX", 8), "most started sandboxes kept ready per exec profile when traffic needs more than --pool-size (env SANDBOXD_POOL_MAX)")
 	fs.StringVar(&c.logLevel, "log-level", envDefault("LOG_LEVEL", "info"), "debug, info, warn or error (env SANDBOXD_LOG_LEVEL)")
@@ -209,7 +213,7 @@ func parseServe(args []string, stderr io.Writer) (*serveConfig, error) {
 	if len(envErrs) > 0 {
 		return nil, errors.New(strings.Join(envErrs, "; "))
 	}
-	if c.maxRuns < 1 || c.queue < 0 || c.poolSize < 0 || c.poolSize > 64 || c.poolMax > 64 || c.queueWait <= 0 || c.maxBodyMB < 1 || c.shutdownGrace < 0 {
+	if c.maxRuns < 1 || c.queue < 0 || c.poolSize < 0 || c.poolSize > 64 || c.poolMax > 64 || c.queueWait <= 0 || c.maxBodyMB < 1 || c.shutdownGrace < 0 || c.bodyTimeout <= 0 || c.maxOpenRequests < 1 {
 		return nil, errors.New("--max-runs and --max-body-mb must be at least 1, --queue and --shutdown-grace at least 0, --pool-size 0 to 64, --queue-wait above 0")
 	}
 	if err := c.ctl.check(); err != nil {
@@ -371,6 +375,8 @@ func serveWith(cfg *serveConfig, log *slog.Logger, console io.Writer) error {
 		Gate:            admit.New(cfg.maxRuns, cfg.queue, cfg.queueWait),
 		Log:             log,
 		MaxBodyBytes:    cfg.maxBodyMB << 20,
+		BodyTimeout:     cfg.bodyTimeout,
+		MaxOpenRequests: cfg.maxOpenRequests,
 		Version:         version,
 		Control:         ctl,
 		Approvals:       approvals,

@@ -57,7 +57,13 @@ type Config struct {
 	Log      *slog.Logger
 	// MaxBodyBytes caps a request body; a larger one is refused with 400.
 	MaxBodyBytes int64
-	Version      string
+	// BodyTimeout bounds the time a request's body may take to arrive
+	// (default 30 s); a slower one is a 408.
+	BodyTimeout time.Duration
+	// MaxOpenRequests caps the requests one tenant holds open at once
+	// (default 64; negative: no cap); past it, 429 RATE_LIMITED.
+	MaxOpenRequests int
+	Version         string
 	// Resolver resolves names for POST /profiles/{name}/evaluate and, when
 	// Fetcher is nil, for POST /fetch; nil means the system resolver. Tests
 	// use a fake (egress/egresstest).
@@ -117,6 +123,7 @@ type Server struct {
 	captures  capture.Store
 	audit     audit.Log
 	profilesP *atomic.Pointer[profiles.Set]
+	open      *openRequests
 }
 
 // New builds the server, its flows and its routes.
@@ -132,10 +139,17 @@ func New(cfg Config) (*Server, error) {
 	if cfg.MaxBodyBytes <= 0 {
 		cfg.MaxBodyBytes = 32 << 20
 	}
+	if cfg.BodyTimeout <= 0 {
+		cfg.BodyTimeout = 30 * time.Second
+	}
+	if cfg.MaxOpenRequests == 0 {
+		cfg.MaxOpenRequests = 64
+	}
 	if cfg.Log == nil {
 		cfg.Log = slog.New(slog.DiscardHandler)
 	}
-	s := &Server{cfg: cfg, log: cfg.Log, captures: cfg.Captures, audit: cfg.Audit, profilesP: cfg.CurrentProfiles}
+	s := &Server{cfg: cfg, log: cfg.Log, captures: cfg.Captures, audit: cfg.Audit, profilesP: cfg.CurrentProfiles,
+		open: &openRequests{limit: max(cfg.MaxOpenRequests, 0), open: map[string]int{}}}
 	if s.profilesP == nil {
 		s.profilesP = &atomic.Pointer[profiles.Set]{}
 		s.profilesP.Store(cfg.Profiles)
@@ -181,7 +195,7 @@ func New(cfg Config) (*Server, error) {
 	e.HideBanner = true
 	e.HidePort = true
 	e.HTTPErrorHandler = s.errorHandler
-	e.Use(s.requestID, s.observe, s.accessLog, s.recoverPanic)
+	e.Use(s.requestID, s.observe, s.accessLog, s.recoverPanic, s.bodyDeadline)
 	e.GET("/healthz", s.healthz)
 	e.GET("/readyz", s.readyz)
 	e.POST("/exec", s.exec, s.authenticate(auth.RoleAgent))
@@ -311,6 +325,11 @@ func (s *Server) authenticate(role string) echo.MiddlewareFunc {
 			if !key.Has(role) {
 				return &api.Error{Status: http.StatusForbidden, Code: api.CodeForbidden, Message: fmt.Sprintf("key %q lacks the role %q needed here", key.ID, role)}
 			}
+			leave, e := s.open.enter(key.Tenant)
+			if e != nil {
+				return s.plane.Refusal(e)
+			}
+			defer leave()
 			return next(c)
 		}
 	}

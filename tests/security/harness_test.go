@@ -94,7 +94,9 @@ func runMain(m *testing.M, suite *e2e.Suite) (code int) {
 		env = append(env, k+"="+v)
 	}
 	log := &logbuf.Buffer{}
-	cfg := e2e.ServerConfig{Bin: bin, DataDir: dataDir, ProfilesDir: filepath.Join(moduleRoot, "profiles"), KeysFile: keysFile, Env: env, Log: log}
+	cfg := e2e.ServerConfig{Bin: bin, DataDir: dataDir, ProfilesDir: filepath.Join(moduleRoot, "profiles"), KeysFile: keysFile, Env: env, Log: log,
+		// A short body timeout, so that the slow-body attacks take seconds.
+		Flags: []string{"--body-timeout", slowBodyTimeout.String(), "--max-open-requests", fmt.Sprint(maxOpenRequests)}}
 	if srv, err = e2e.Start(cfg); err != nil {
 		return fatalf("%v\n--- sandboxd output ---\n%s", err, log.Tail(80))
 	}

@@ -25,10 +25,13 @@ const (
 	TenantConcurrentExecs = "tenant.concurrent_execs"
 	TenantDailyCPU        = "tenant.daily_cpu_seconds"
 	TenantDailyFetchBytes = "tenant.daily_fetch_bytes"
-	SessionMaxExecs       = "session.max_execs"
-	SessionCPU            = "session.cpu_seconds"
-	SessionWall           = "session.wall_seconds"
-	SessionFetchBytes     = "session.fetch_bytes"
+	// TenantOpenRequests is the cap on the requests a tenant holds open at
+	// once (the server's --max-open-requests).
+	TenantOpenRequests = "tenant.open_requests"
+	SessionMaxExecs    = "session.max_execs"
+	SessionCPU         = "session.cpu_seconds"
+	SessionWall        = "session.wall_seconds"
+	SessionFetchBytes  = "session.fetch_bytes"
 )
 
 // Request kinds for the token buckets.
