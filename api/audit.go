@@ -21,6 +21,10 @@ type AuditRecord struct {
 	RequestID string `json:"request_id,omitempty"`
 	TraceID   string `json:"trace_id,omitempty"`
 	Session   string `json:"session,omitempty"`
+	// SandboxSession is the stateful session (ses_...) a record belongs
+	// to when Session is the agent's own id (X-Session-Id): a session's
+	// records are found under either.
+	SandboxSession string `json:"sandbox_session,omitempty"`
 	// Subject is what the record is about: an exec id, a fetch id, a
 	// capture id, a profile name.
 	Subject       string `json:"subject,omitempty"`

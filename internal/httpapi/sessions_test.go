@@ -432,3 +432,23 @@ func TestSessionAuditTimeline(t *testing.T) {
 		t.Fatalf("verify: %v %+v", err, rep)
 	}
 }
+
+// A call sent with an agent's X-Session-Id is found under that id and
+// under the session's own (issue 16, item 11: it dropped out of the
+// session's timeline).
+func TestSessionCallWithXSessionIdStaysOnTheTimeline(t *testing.T) {
+	f := newCtl(t, "", time.Second)
+	id := f.newSession(keyAgent, `{"profile":"default"}`)
+	if r := f.req(http.MethodPost, "/sessions/"+id+"/exec", keyAgent, `{"code":"x = 1"}`, "X-Session-Id", "agent-run-9"); r.code != 200 {
+		t.Fatalf("call: %d %s", r.code, r.raw)
+	}
+	for _, q := range []string{id, "agent-run-9"} {
+		p := auditPage(t, f.req(http.MethodGet, "/audit?session="+q+"&kind=exec", keyRev, ""))
+		if len(p.Records) != 1 || p.Records[0].Session != "agent-run-9" || p.Records[0].SandboxSession != id {
+			t.Fatalf("the call under session %s: %+v", q, p.Records)
+		}
+	}
+	if rep, err := f.srv.audit.Verify(context.Background()); err != nil || !rep.OK {
+		t.Fatalf("verify: %v %+v", err, rep)
+	}
+}

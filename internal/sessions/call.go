@@ -206,6 +206,7 @@ func auditCall(ls *Session, res *runner.SessionResult, r *audit.Record, parts *[
 		r.Detail = map[string]string{}
 	}
 	r.Detail["session_id"], r.Detail["sandbox_id"] = ls.id, ls.sandbox
+	r.SandboxSession = ls.id
 	meta["session_id"] = ls.id
 	if res == nil {
 		return

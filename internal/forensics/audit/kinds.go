@@ -25,7 +25,7 @@ func Admin(w Who, action, subject, message string, detail map[string]string) *Re
 // SessionStart is the record of a session's start.
 func SessionStart(w Who, id string, prof ProfileRef, image, runtime string, detail map[string]string) *Record {
 	r := w.Record(KindSession)
-	r.Subject, r.Action, r.Status = id, "start", "ok"
+	r.Subject, r.Action, r.Status, r.SandboxSession = id, "start", "ok", id
 	r.ExecProfile = &prof
 	r.Image, r.Runtime, r.Detail = image, runtime, detail
 	return r
@@ -34,7 +34,7 @@ func SessionStart(w Who, id string, prof ProfileRef, image, runtime string, deta
 // SessionEnd is the record of a session's end, however it ended (it has
 // no request: the sweeper ends idle sessions).
 func SessionEnd(tenant, keyID, session, id, reason string, prof ProfileRef, sandbox string) *Record {
-	return &Record{Kind: KindSession, Action: "end", Status: "ended", Tenant: tenant, KeyID: keyID, Session: session, Subject: id,
+	return &Record{Kind: KindSession, Action: "end", Status: "ended", Tenant: tenant, KeyID: keyID, Session: session, SandboxSession: id, Subject: id,
 		Message: reason, ExecProfile: &prof, Detail: map[string]string{"sandbox_id": sandbox}}
 }
 
@@ -42,7 +42,7 @@ func SessionEnd(tenant, keyID, session, id, reason string, prof ProfileRef, sand
 // files_put or file_get); the caller adds the files as inputs or outputs.
 func SessionTransfer(w Who, action, id string, prof ProfileRef, sandbox string, redactions map[string]int) *Record {
 	r := w.Record(KindSession)
-	r.Action, r.Subject, r.Status = action, id, "ok"
+	r.Action, r.Subject, r.Status, r.SandboxSession = action, id, "ok", id
 	r.ExecProfile = &prof
 	r.Redactions = redactions
 	r.Detail = map[string]string{"sandbox_id": sandbox}

@@ -116,6 +116,12 @@ var schema = []string{
 	`CREATE INDEX IF NOT EXISTS records_session_seq ON records (session, seq)`,
 	`CREATE INDEX IF NOT EXISTS records_subject_seq ON records (subject, seq)`,
 	`CREATE INDEX IF NOT EXISTS records_status_seq ON records (status, seq)`,
+	// The sandbox sessions of records whose session is the agent's.
+	`CREATE TABLE IF NOT EXISTS record_sessions (
+		session TEXT NOT NULL,
+		seq INTEGER NOT NULL,
+		PRIMARY KEY (session, seq)
+	) WITHOUT ROWID`,
 	`CREATE TABLE IF NOT EXISTS record_hosts (
 		host TEXT NOT NULL,
 		seq INTEGER NOT NULL,
@@ -262,6 +268,11 @@ func (s *SQLite) commitBatch(batch []*appendReq) error {
 		return fmt.Errorf("audit: %w", err)
 	}
 	defer insHost.Close()
+	insSession, err := tx.PrepareContext(ctx, `INSERT OR IGNORE INTO record_sessions (session, seq) VALUES (?, ?)`)
+	if err != nil {
+		return fmt.Errorf("audit: %w", err)
+	}
+	defer insSession.Close()
 	seq, prev := s.headSeq, s.headHash
 	type done struct {
 		r          *Record
@@ -290,6 +301,11 @@ func (s *SQLite) commitBatch(batch []*appendReq) error {
 		}
 		for _, host := range r.Hosts {
 			if _, err := insHost.ExecContext(ctx, strings.ToLower(host), seq); err != nil {
+				return fmt.Errorf("audit: writing record %d: %w", seq, err)
+			}
+		}
+		if r.SandboxSession != "" && r.SandboxSession != r.Session {
+			if _, err := insSession.ExecContext(ctx, r.SandboxSession, seq); err != nil {
 				return fmt.Errorf("audit: writing record %d: %w", seq, err)
 			}
 		}
@@ -382,7 +398,8 @@ func (s *SQLite) Query(ctx context.Context, f Filter) ([]Record, string, error) 
 		args = append(args, f.Profile, f.Profile)
 	}
 	if f.Session != "" {
-		add("r.session = ?", f.Session)
+		where = append(where, "(r.session = ? OR r.seq IN (SELECT seq FROM record_sessions WHERE session = ?))")
+		args = append(args, f.Session, f.Session)
 	}
 	if f.CodeSHA256 != "" {
 		add("r.code_sha256 = ?", strings.ToLower(f.CodeSHA256))
