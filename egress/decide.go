@@ -36,7 +36,9 @@ const (
 	CodeScheme        Code = "scheme_not_allowed"
 	CodeDeniedName    Code = "denied_name"
 	CodeDeniedAddress Code = "denied_address"
-	CodeProxyAddress  Code = "proxy_address"
+	// CodeDeniedSelf: the request would reach one of sandboxd's own
+	// listeners (Listeners), whatever the profile allows.
+	CodeDeniedSelf    Code = "denied_self"
 	CodeDenyRule      Code = "deny_rule"
 	CodeNoRule        Code = "no_rule"
 	CodePort          Code = "port_not_allowed"
@@ -183,49 +185,42 @@ type Checker struct {
 	// DecideTarget return (metrics count them by profile and code).
 	Observe func(d *Decision)
 
-	mu   sync.RWMutex
-	self []netip.AddrPort
+	// Self is sandboxd's own listeners, shared by every checker of the
+	// process (the proxy's and /fetch's); a request that would reach one
+	// is denied (denied_self), whatever allow_cidrs says. Nil: the checker
+	// keeps a set of its own, which AddSelf fills.
+	Self *Listeners
+
+	mu  sync.Mutex
+	own *Listeners
 }
 
-// AddSelf records addresses the proxy listens on. A request that would
-// reach one of them is denied (no proxy loops), whatever allow_cidrs says.
-// An unspecified address (0.0.0.0, ::) stands for every address at that
-// port.
-func (c *Checker) AddSelf(addrs ...netip.AddrPort) {
+// listeners returns Self, or the checker's own set.
+func (c *Checker) listeners() *Listeners {
+	if c.Self != nil {
+		return c.Self
+	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	for _, a := range addrs {
-		a = netip.AddrPortFrom(a.Addr().Unmap().WithZone(""), a.Port())
-		if !slices.Contains(c.self, a) {
-			c.self = append(c.self, a)
-		}
+	if c.own == nil {
+		c.own = &Listeners{}
 	}
+	return c.own
 }
 
-// RemoveSelf forgets addresses recorded by AddSelf.
-func (c *Checker) RemoveSelf(addrs ...netip.AddrPort) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.self = slices.DeleteFunc(c.self, func(x netip.AddrPort) bool {
-		for _, a := range addrs {
-			if netip.AddrPortFrom(a.Addr().Unmap().WithZone(""), a.Port()) == x {
-				return true
-			}
-		}
-		return false
-	})
-}
+// AddSelf records addresses sandboxd listens on (Listeners.Add). A request
+// that would reach one of them is denied (no loops into sandboxd),
+// whatever allow_cidrs says. An unspecified address (0.0.0.0, ::) stands
+// for every local address at that port.
+func (c *Checker) AddSelf(addrs ...netip.AddrPort) { c.listeners().Add(addrs...) }
 
-// isSelf reports whether dialling a:port would reach the proxy itself.
-func (c *Checker) isSelf(a netip.Addr, port uint16) bool {
-	c.mu.RLock()
-	defer c.mu.RUnlock()
-	for _, s := range c.self {
-		if s.Port() == port && (s.Addr() == a || s.Addr().IsUnspecified()) {
-			return true
-		}
-	}
-	return false
+// RemoveSelf forgets one AddSelf of each address.
+func (c *Checker) RemoveSelf(addrs ...netip.AddrPort) { c.listeners().Remove(addrs...) }
+
+// self returns the listener of sandboxd's that dialling a:port would
+// reach, if any.
+func (c *Checker) self(a netip.Addr, port uint16) (netip.AddrPort, bool) {
+	return c.listeners().Reaches(netip.AddrPortFrom(a, port))
 }
 
 func (c *Checker) resolver() Resolver {
@@ -243,12 +238,13 @@ func (c *Checker) resolver() Resolver {
 // The checks, in order: the method; the URL or authority (only http and
 // https; no userinfo; hosts normalised; IP literals in every spelling
 // recognised); names refused whatever they resolve to (localhost, metadata
-// service names); an IP literal against the always-denied ranges and the
-// proxy's own addresses; deny rules, then allow rules (host, port,
+// service names); an IP literal against sandboxd's own listeners (Self)
+// and the always-denied ranges; deny rules, then allow rules (host, port,
 // method), and in approve mode, for a host no rule matches, the approval
-// (Approvals; approval.go); one lookup, every address checked, any denied
-// address denying the name as a whole (an approved host too); the address
-// to dial (the first IPv4 answer, else the first answer).
+// (Approvals; approval.go); one lookup, every address checked the same
+// way, any denied address denying the name as a whole (an approved host
+// too); the address to dial (the first IPv4 answer, else the first
+// answer).
 func (c *Checker) Decide(ctx context.Context, p *Profile, req Request) Decision {
 	d := c.decideRequest(ctx, p, req)
 	if c.Observe != nil {
@@ -320,11 +316,11 @@ func (c *Checker) decide(ctx context.Context, p *Profile, d Decision, t hostport
 	if t.IsIP() {
 		v := netpolicy.Check(t.IP, comp.cidrs)
 		d.Addresses = []netip.Addr{v.Addr}
+		if own, ok := c.self(v.Addr, t.Port); ok {
+			return d.deny(CodeDeniedSelf, "", selfReason(netip.AddrPortFrom(v.Addr, t.Port), own))
+		}
 		if v.Denied {
 			return d.deny(CodeDeniedAddress, "", v.Reason())
-		}
-		if c.isSelf(v.Addr, t.Port) {
-			return d.deny(CodeProxyAddress, "", fmt.Sprintf("%s is one of sandboxd's own listening addresses (the egress proxy or the API): a loop", netip.AddrPortFrom(v.Addr, t.Port)))
 		}
 	}
 
@@ -347,6 +343,9 @@ func (c *Checker) decide(ctx context.Context, p *Profile, d Decision, t hostport
 		}
 		d.Addresses = addrs
 		for _, a := range addrs {
+			if own, ok := c.self(a, t.Port); ok {
+				return d.deny(CodeDeniedSelf, d.Rule, fmt.Sprintf("%s resolved to %s; %s", t.Host, joinAddrs(addrs), selfReason(netip.AddrPortFrom(a, t.Port), own)))
+			}
 			v := netpolicy.Check(a, comp.cidrs)
 			if v.Denied {
 				msg := fmt.Sprintf("%s resolved to %s; %s", t.Host, joinAddrs(addrs), v.Reason())
@@ -354,9 +353,6 @@ func (c *Checker) decide(ctx context.Context, p *Profile, d Decision, t hostport
 					msg += "; a name with any denied address is denied as a whole"
 				}
 				return d.deny(CodeDeniedAddress, d.Rule, msg)
-			}
-			if c.isSelf(a, t.Port) {
-				return d.deny(CodeProxyAddress, d.Rule, fmt.Sprintf("%s resolved to %s, which includes sandboxd's own listening address %s (the egress proxy or the API): a loop", t.Host, joinAddrs(addrs), netip.AddrPortFrom(a, t.Port)))
 			}
 		}
 	}
@@ -368,6 +364,15 @@ func (c *Checker) decide(ctx context.Context, p *Profile, d Decision, t hostport
 		d.Reason = reason + "; dialling " + d.Dial.String()
 	}
 	return d
+}
+
+// selfReason says that dst reaches sandboxd's own listener own.
+func selfReason(dst, own netip.AddrPort) string {
+	how := "is"
+	if dst != own {
+		how = "reaches"
+	}
+	return fmt.Sprintf("%s %s sandboxd's own listener %s (its API and metrics, or its egress proxy): a request must not loop back into sandboxd, whatever the profile allows", dst, how, own)
 }
 
 func (d Decision) deny(code Code, rule, reason string) Decision {

@@ -344,36 +344,138 @@ func TestDecideAllowCIDRs(t *testing.T) {
 	}
 }
 
-func TestDecideProxyOwnAddress(t *testing.T) {
-	res := testResolver()
-	c := &egress.Checker{Resolver: res}
-	c.AddSelf(netip.MustParseAddrPort("127.0.0.1:3128"))
-	p := testProfile(t, func(p *egress.Profile) {
-		p.AllowCIDRs = []string{"127.0.0.0/8"}
-		p.Allow = append(p.Allow, egress.Rule{Hosts: []string{"proxy.test"}, Ports: []int{3128, 8080}})
+// sandboxd's own listeners are refused whatever the profile opens: here
+// every always-denied range they are in, and every name and port. The
+// listeners: the proxy on a bridge gateway, the API on loopback, and two
+// on unspecified addresses (every local address at their ports).
+func TestDecideSelf(t *testing.T) {
+	self := &egress.Listeners{Interfaces: hostInterfaces}
+	self.Add(addrPort("172.30.0.1:3128"), addrPort("127.0.0.1:8080"), addrPort("0.0.0.0:9090"), addrPort("[::]:9091"))
+	res := egresstest.NewResolver(map[string][]string{
+		"api.test":      {"127.0.0.1"},
+		"loop2.test":    {"127.0.0.2"},
+		"loop6.test":    {"::1"},
+		"zero.test":     {"0.0.0.0"},
+		"zero6.test":    {"::"},
+		"zeromap.test":  {"::ffff:0.0.0.0"},
+		"gw.test":       {"172.30.0.1"},
+		"hostip.test":   {"192.168.1.10"},
+		"lanpeer.test":  {"192.168.1.99"},
+		"public.test":   {"93.184.216.34"},
+		"mixedown.test": {"93.184.216.34", "127.0.0.1"},
 	})
-	res.Set("proxy.test", "127.0.0.1")
+	c := &egress.Checker{Resolver: res, Self: self}
+	var names []string
+	for n := range res.Names {
+		names = append(names, n)
+	}
+	profile := func(mode egress.Mode) *egress.Profile {
+		return testProfile(t, func(p *egress.Profile) {
+			p.Mode = mode
+			p.AllowCIDRs = []string{"127.0.0.0/8", "0.0.0.0/8", "::1/128", "172.16.0.0/12", "192.168.0.0/16", "fe80::/10"}
+			p.Allow = []egress.Rule{{Hosts: names, Ports: []int{80, 3128, 8080, 9090, 9091}, Methods: []string{"GET", "CONNECT"}}}
+			p.Deny = nil
+		})
+	}
+	enforce := profile(egress.ModeEnforce)
 	for _, tc := range []struct {
-		target string
-		code   egress.Code
+		host string // host:port, sent as GET http://host/metrics and as CONNECT host
+		code egress.Code
 	}{
-		{"http://proxy.test:3128/", egress.CodeProxyAddress},
-		{"http://127.0.0.1:3128/", egress.CodeProxyAddress},
-		{"http://[::ffff:127.0.0.1]:3128/", egress.CodeProxyAddress},
-		{"http://proxy.test:8080/", egress.CodeAllowed}, // another port of an opened range
+		// The API on 127.0.0.1, by name, literal and mapped literal.
+		{"api.test:8080", egress.CodeDeniedSelf},
+		{"127.0.0.1:8080", egress.CodeDeniedSelf},
+		{"[::ffff:127.0.0.1]:8080", egress.CodeDeniedSelf},
+		{"mixedown.test:8080", egress.CodeDeniedSelf}, // any address of a name
+		// The unspecified address reaches the listener on 127.0.0.1.
+		{"zero.test:8080", egress.CodeDeniedSelf},
+		{"zero6.test:8080", egress.CodeDeniedSelf},
+		{"zeromap.test:8080", egress.CodeDeniedSelf},
+		{"0.0.0.0:8080", egress.CodeDeniedSelf},
+		{"[::]:8080", egress.CodeDeniedSelf},
+		// ... and is never dialled elsewhere either, allow_cidrs or not.
+		{"zero.test:80", egress.CodeDeniedAddress},
+		{"zero6.test:80", egress.CodeDeniedAddress},
+		// Other loopback addresses do not reach a listener on 127.0.0.1.
+		{"loop2.test:8080", egress.CodeAllowed},
+		{"loop6.test:8080", egress.CodeAllowed},
+		{"api.test:80", egress.CodeAllowed},
+		// The proxy on the gateway, and nothing else at its port.
+		{"gw.test:3128", egress.CodeDeniedSelf},
+		{"172.30.0.1:3128", egress.CodeDeniedSelf},
+		{"hostip.test:3128", egress.CodeAllowed},
+		// A listener on 0.0.0.0: loopback, the host's addresses and the
+		// unspecified address, not other hosts.
+		{"api.test:9090", egress.CodeDeniedSelf},
+		{"loop2.test:9090", egress.CodeDeniedSelf},
+		{"loop6.test:9090", egress.CodeDeniedSelf},
+		{"gw.test:9090", egress.CodeDeniedSelf},
+		{"hostip.test:9090", egress.CodeDeniedSelf},
+		{"zero.test:9090", egress.CodeDeniedSelf},
+		{"[fe80::1]:9090", egress.CodeDeniedSelf},
+		{"lanpeer.test:9090", egress.CodeAllowed},
+		{"public.test:9090", egress.CodeAllowed},
+		// A listener on :: covers IPv4 as well.
+		{"hostip.test:9091", egress.CodeDeniedSelf},
+		{"api.test:9091", egress.CodeDeniedSelf},
+		{"public.test:9091", egress.CodeAllowed},
 	} {
-		d := c.Decide(context.Background(), p, egress.Request{Method: "GET", Target: tc.target})
-		if d.Code != tc.code {
-			t.Errorf("%s: %s (%s), want %s", tc.target, d.Code, d.Reason, tc.code)
+		for _, req := range []egress.Request{
+			{Method: "GET", Target: "http://" + tc.host + "/metrics"},
+			{Method: "CONNECT", Target: tc.host},
+		} {
+			d := c.Decide(context.Background(), enforce, req)
+			if d.Code != tc.code {
+				t.Errorf("%s %s: %s (%s), want %s", req.Method, req.Target, d.Code, d.Reason, tc.code)
+				continue
+			}
+			if d.Code == egress.CodeDeniedSelf && (d.Allow || d.Dial.IsValid() || !strings.Contains(d.Reason, "sandboxd's own listener")) {
+				t.Errorf("%s %s: allow %v, dial %v, reason %q", req.Method, req.Target, d.Allow, d.Dial, d.Reason)
+			}
 		}
 	}
-	c.AddSelf(netip.MustParseAddrPort("0.0.0.0:8080"))
-	if d := c.Decide(context.Background(), p, egress.Request{Method: "GET", Target: "http://proxy.test:8080/"}); d.Code != egress.CodeProxyAddress {
-		t.Errorf("with a wildcard listener on 8080: %s, want %s", d.Code, egress.CodeProxyAddress)
+
+	// Report mode allows what enforce would deny, never sandboxd itself.
+	for _, target := range []string{"http://api.test:8080/metrics", "http://zero.test:8080/metrics", "http://0.0.0.0:8080/"} {
+		if d := c.Decide(context.Background(), profile(egress.ModeReport), egress.Request{Method: "GET", Target: target}); d.Allow || d.Code != egress.CodeDeniedSelf {
+			t.Errorf("report mode, %s: allow %v, %s", target, d.Allow, d.Code)
+		}
 	}
-	c.RemoveSelf(netip.MustParseAddrPort("0.0.0.0:8080"))
-	if d := c.Decide(context.Background(), p, egress.Request{Method: "GET", Target: "http://proxy.test:8080/"}); !d.Allow {
-		t.Errorf("after RemoveSelf: %s", d.Code)
+
+	// A listener that stops is no longer refused.
+	self.Remove(addrPort("127.0.0.1:8080"))
+	if d := c.Decide(context.Background(), enforce, egress.Request{Method: "GET", Target: "http://api.test:8080/"}); !d.Allow {
+		t.Errorf("after Remove: %s (%s)", d.Code, d.Reason)
+	}
+}
+
+// Checkers sharing one Listeners refuse the same listeners, whoever added
+// them; a checker without Self keeps its own (AddSelf).
+func TestDecideSelfShared(t *testing.T) {
+	self := &egress.Listeners{Interfaces: hostInterfaces}
+	res := egresstest.NewResolver(map[string][]string{"api.test": {"127.0.0.1"}})
+	proxyChecker := &egress.Checker{Resolver: res, Self: self}
+	fetchChecker := &egress.Checker{Resolver: res, Self: self}
+	alone := &egress.Checker{Resolver: res}
+	p := testProfile(t, func(p *egress.Profile) {
+		p.AllowCIDRs = []string{"127.0.0.0/8"}
+		p.Allow = []egress.Rule{{Hosts: []string{"api.test"}, Ports: []int{8080, 3128}}}
+	})
+	fetchChecker.AddSelf(addrPort("127.0.0.1:8080")) // the API
+	proxyChecker.AddSelf(addrPort("127.0.0.1:3128")) // the proxy's Serve
+	alone.AddSelf(addrPort("127.0.0.1:3128"))
+	for _, port := range []string{"8080", "3128"} {
+		for name, c := range map[string]*egress.Checker{"proxy": proxyChecker, "fetch": fetchChecker} {
+			if d := c.Decide(context.Background(), p, egress.Request{Method: "GET", Target: "http://api.test:" + port + "/"}); d.Code != egress.CodeDeniedSelf {
+				t.Errorf("%s checker, port %s: %s, want %s", name, port, d.Code, egress.CodeDeniedSelf)
+			}
+		}
+	}
+	if d := alone.Decide(context.Background(), p, egress.Request{Method: "GET", Target: "http://api.test:3128/"}); d.Code != egress.CodeDeniedSelf {
+		t.Errorf("a checker's own set: %s", d.Code)
+	}
+	if d := alone.Decide(context.Background(), p, egress.Request{Method: "GET", Target: "http://api.test:8080/"}); !d.Allow {
+		t.Errorf("a checker's own set holds another's listener: %s", d.Code)
 	}
 }
 

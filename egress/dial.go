@@ -18,10 +18,10 @@ var ErrNotAllowed = errors.New("egress: the decision does not allow a connection
 // Dialer connects to the address a Decision checked, and to nothing else:
 // it dials the literal address (no name, so no second lookup, so DNS
 // rebinding gets nothing), checks it again against the profile's address
-// policy and the proxy's own addresses, and refuses a socket whose peer is
+// policy and sandboxd's own listeners, and refuses a socket whose peer is
 // anything but that address.
 type Dialer struct {
-	// Checker supplies the proxy's own addresses (AddSelf). Required.
+	// Checker supplies sandboxd's own listeners (Checker.Self). Required.
 	Checker *Checker
 	// Control, when set, runs after the built-in check on the raw socket
 	// (tests use it to see what is dialled).
@@ -34,11 +34,13 @@ func (dl *Dialer) Dial(ctx context.Context, d *Decision) (net.Conn, error) {
 		return nil, ErrNotAllowed
 	}
 	target := d.Dial
+	if dl.Checker != nil {
+		if own, ok := dl.Checker.self(target.Addr(), target.Port()); ok {
+			return nil, fmt.Errorf("%w: %s", ErrNotAllowed, selfReason(target, own))
+		}
+	}
 	if v := netpolicy.Check(target.Addr(), d.profile.compiled.cidrs); v.Denied {
 		return nil, fmt.Errorf("%w: %s", ErrNotAllowed, v.Reason())
-	}
-	if dl.Checker != nil && dl.Checker.isSelf(target.Addr(), target.Port()) {
-		return nil, fmt.Errorf("%w: %s is the proxy's own address", ErrNotAllowed, target)
 	}
 	nd := net.Dialer{
 		Timeout: d.profile.ConnectTimeout,

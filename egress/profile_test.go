@@ -8,6 +8,7 @@ import (
 	"net/netip"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -180,5 +181,70 @@ func TestDialerDialsTheCheckedAddressOnly(t *testing.T) {
 	}
 	if len(dialled) != 1 {
 		t.Errorf("refused dials reached the socket: %v", dialled)
+	}
+}
+
+// On Linux a connection to 0.0.0.0 reaches a listener on 127.0.0.1. The
+// dialer refuses a decision (a tampered one: Decide never allows it) to
+// the unspecified address at any port, allow_cidrs or not, and names
+// sandboxd's listener when the port is one of its own.
+func TestDialerRefusesUnspecified(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	var accepted atomic.Int32
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			accepted.Add(1)
+			c.Close()
+		}
+	}()
+	port := uint16(ln.Addr().(*net.TCPAddr).Port)
+	zero := netip.AddrPortFrom(netip.IPv4Unspecified(), port)
+	// The threat: a plain dial of 0.0.0.0 reaches the loopback listener.
+	if c, err := net.DialTimeout("tcp4", zero.String(), 2*time.Second); err == nil {
+		c.Close()
+		for deadline := time.Now().Add(5 * time.Second); accepted.Load() == 0 && time.Now().Before(deadline); {
+			time.Sleep(5 * time.Millisecond)
+		}
+	} else {
+		t.Logf("this kernel does not connect 0.0.0.0 to loopback (%v); the refusal is checked all the same", err)
+	}
+	before := accepted.Load()
+
+	res := testResolver()
+	res.Set("up.mirror.test", "127.0.0.2")
+	checker := &egress.Checker{Resolver: res}
+	p := testProfile(t, func(p *egress.Profile) {
+		p.AllowCIDRs = []string{"127.0.0.0/8", "0.0.0.0/8"}
+		p.Allow = []egress.Rule{{Hosts: []string{"*.mirror.test"}, Ports: []int{int(port)}}}
+	})
+	d := checker.Decide(context.Background(), p, egress.Request{Method: "GET", Target: fmt.Sprintf("http://up.mirror.test:%d/", port)})
+	if !d.Allow {
+		t.Fatalf("decision: %s", d.Reason)
+	}
+	dl := &egress.Dialer{Checker: checker}
+	for _, addr := range []netip.Addr{netip.IPv4Unspecified(), netip.IPv6Unspecified(), netip.MustParseAddr("::ffff:0.0.0.0")} {
+		bad := d
+		bad.Dial = netip.AddrPortFrom(addr, port)
+		if _, err := dl.Dial(context.Background(), &bad); !errors.Is(err, egress.ErrNotAllowed) || !strings.Contains(err.Error(), "unspecified") {
+			t.Errorf("dial of %s: %v", bad.Dial, err)
+		}
+	}
+	checker.AddSelf(netip.AddrPortFrom(netip.MustParseAddr("127.0.0.1"), port))
+	bad := d
+	bad.Dial = zero
+	if _, err := dl.Dial(context.Background(), &bad); !errors.Is(err, egress.ErrNotAllowed) || !strings.Contains(err.Error(), "own listener 127.0.0.1") {
+		t.Errorf("dial of %s with sandboxd on 127.0.0.1: %v", zero, err)
+	}
+	time.Sleep(50 * time.Millisecond)
+	if n := accepted.Load() - before; n != 0 {
+		t.Errorf("refused dials reached the listener %d times", n)
 	}
 }

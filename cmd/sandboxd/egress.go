@@ -40,9 +40,11 @@ type egressSide struct {
 	approvals egress.Approvals
 	// metrics counts egress decisions (sandboxd_egress_decisions_total).
 	metrics *metrics.Metrics
-	// fetchChecker is /fetch's checker: it learns the proxy's address.
-	fetchChecker *egress.Checker
-	proxyAddr    netip.AddrPort
+	// self is sandboxd's own listeners, shared with /fetch's checker: the
+	// proxy's checker refuses them all, and the proxy's address is added
+	// to them before it serves.
+	self      *egress.Listeners
+	proxyAddr netip.AddrPort
 	// record, once set, keeps the proxy's decisions for the audit record
 	// of the exec they belong to (api.Server.RecordEgress).
 	record atomic.Pointer[func(*egress.Decision)]
@@ -126,12 +128,16 @@ func (e *egressSide) startLocked(ctx context.Context) (err error) {
 	}
 	px, err := proxy.New(proxy.Config{
 		Lookup:  e.lookup,
-		Checker: &egress.Checker{Resolver: e.resolver, Approvals: e.approvals, Observe: e.observe},
+		Checker: &egress.Checker{Resolver: e.resolver, Approvals: e.approvals, Observe: e.observe, Self: e.self},
 		Log:     e.log,
 	})
 	if err != nil {
 		return err
 	}
+	// Recorded before the proxy serves: connections queue on the listener
+	// already, and a fetch must not reach it in between.
+	e.proxyAddr = n.ProxyAddr()
+	e.self.Add(e.proxyAddr)
 	served := make(chan struct{})
 	go func() {
 		defer close(served)
@@ -140,10 +146,6 @@ func (e *egressSide) startLocked(ctx context.Context) (err error) {
 		}
 	}()
 	e.fw, e.proxy, e.served, e.up = fw, px, served, true
-	e.proxyAddr = n.ProxyAddr()
-	if e.fetchChecker != nil {
-		e.fetchChecker.AddSelf(e.proxyAddr)
-	}
 	e.eng.SetEgressNetwork(n)
 	e.log.Info("egress network up", "network", n.Name, "bridge", n.Bridge, "subnet", n.Subnet.String(),
 		"proxy", n.ProxyAddr().String(), "firewall_chain", fw.Chain)
@@ -189,10 +191,8 @@ func (e *egressSide) stop() {
 	}
 	e.eng.SetEgressNetwork(nil)
 	_ = e.proxy.Close()
-	if e.fetchChecker != nil {
-		e.fetchChecker.RemoveSelf(e.proxyAddr)
-	}
 	<-e.served
+	e.self.Remove(e.proxyAddr)
 	if err := e.fw.Remove(); err != nil {
 		e.log.Error("removing the egress firewall rules failed", "chain", e.fw.Chain, "err", err)
 	}

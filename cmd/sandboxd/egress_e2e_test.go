@@ -610,7 +610,7 @@ print(json.dumps(out))
 			if err != nil {
 				t.Fatal(err)
 			}
-			if res.Status == 403 && strings.Contains(string(res.Body), "own listening address") {
+			if res.Status == 403 && strings.Contains(string(res.Body), "own listener") {
 				break
 			}
 			if res.Status != 400 || time.Now().After(deadline) { // 400: the profile is not loaded yet

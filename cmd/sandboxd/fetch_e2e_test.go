@@ -249,7 +249,7 @@ func TestFetchEndToEnd(t *testing.T) {
 	for _, want := range []string{
 		`sandboxd_egress_decisions_total{code="allowed",profile="pages",verdict="allow"}`,
 		`sandboxd_egress_decisions_total{code="denied_address",profile="pages",verdict="deny"} 1`,
-		`sandboxd_egress_decisions_total{code="proxy_address",profile="pages",verdict="deny"} 1`,
+		`sandboxd_egress_decisions_total{code="denied_self",profile="pages",verdict="deny"} 1`,
 		`sandboxd_fetches_total{outcome="ok",profile="pages"} 1`,
 		`sandboxd_fetches_total{outcome="egress_denied",profile="pages"} 2`,
 		`sandboxd_redactions_total{type="internal_ticket"} 1`,

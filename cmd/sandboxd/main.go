@@ -17,7 +17,6 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"net/netip"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -308,12 +307,13 @@ func serveWith(cfg *serveConfig, log *slog.Logger, console io.Writer) error {
 	// Egress approvals live in the store; the proxy files and reads them,
 	// the API decides them (httpapi.New tells the service who runs each exec).
 	approvals := approval.New(approval.Config{Store: ctl.Store, Log: log})
-	eside := &egressSide{eng: eng, cur: current, log: log, instance: instance, port: cfg.egressPort, resolver: resolver, approvals: approvals, metrics: ctl.Metrics}
-	// POST /fetch decides with its own checker, which knows sandboxd's own
-	// addresses (the egress proxy's, added when it listens, and the API's,
-	// added below), so a fetch cannot loop back into sandboxd.
-	fetchChecker := &egress.Checker{Resolver: resolver, Approvals: approvals, Observe: eside.count}
-	eside.fetchChecker = fetchChecker
+	// self is every address sandboxd listens on (the egress proxy's, added
+	// when it listens, and the API's, which serves /metrics too, added
+	// below). The proxy's checker and /fetch's share it, so neither a
+	// sandbox nor a fetch can loop back into sandboxd.
+	self := &egress.Listeners{}
+	eside := &egressSide{eng: eng, cur: current, log: log, instance: instance, port: cfg.egressPort, resolver: resolver, approvals: approvals, metrics: ctl.Metrics, self: self}
+	fetchChecker := &egress.Checker{Resolver: resolver, Approvals: approvals, Observe: eside.count, Self: self}
 	// The proxy and the firewall outlive the sandboxes: they stop once the
 	// runner has removed every container (on an early return too). When
 	// that fails, the firewall rules stay (fail closed) until the next
@@ -407,9 +407,7 @@ func serveWith(cfg *serveConfig, log *slog.Logger, console io.Writer) error {
 	if err != nil {
 		return fmt.Errorf("listening on %s: %w", cfg.addr, err)
 	}
-	if ap, err := netip.ParseAddrPort(ln.Addr().String()); err == nil {
-		fetchChecker.AddSelf(ap)
-	}
+	self.Add(ln.Addr().(*net.TCPAddr).AddrPort())
 	hs := &http.Server{
 		Handler:           srv.Handler(),
 		ReadHeaderTimeout: 10 * time.Second,

@@ -28,6 +28,9 @@ type Range struct {
 	Metadata bool
 	// Embeds4 marks IPv6 blocks that carry an IPv4 address inside.
 	Embeds4 bool
+	// Never marks addresses no allow_cidrs entry opens: the unspecified
+	// addresses, which a connection turns into the host itself.
+	Never bool
 }
 
 func r(cidr, name string) Range { return Range{Prefix: netip.MustParsePrefix(cidr), Name: name} }
@@ -35,6 +38,13 @@ func r(cidr, name string) Range { return Range{Prefix: netip.MustParsePrefix(cid
 func metadata(cidr, name string) Range {
 	x := r(cidr, name)
 	x.Metadata = true
+	return x
+}
+
+// never is a block no allow_cidrs entry opens.
+func never(cidr, name string) Range {
+	x := r(cidr, name)
+	x.Never = true
 	return x
 }
 
@@ -58,6 +68,12 @@ var Ranges = []Range{
 	metadata("fd00:ec2::254/128", "cloud metadata service (AWS IMDS over IPv6)"),
 	metadata("fd00:ec2::23/128", "cloud metadata service (AWS VPC DNS over IPv6)"),
 
+	// The unspecified addresses. Connecting to one reaches the host
+	// itself (Linux dials loopback instead), so it is never a remote
+	// destination: no profile opens them, whatever its allow_cidrs say.
+	never("0.0.0.0/32", "unspecified 0.0.0.0 (a connection to it reaches this host)"),
+	never("::/128", "unspecified :: (a connection to it reaches this host)"),
+
 	// IPv4 (RFC 6890 and the IANA special-purpose registry).
 	r("0.0.0.0/8", "\"this network\" 0.0.0.0/8"),
 	r("10.0.0.0/8", "private network 10.0.0.0/8"),
@@ -79,7 +95,6 @@ var Ranges = []Range{
 	r("255.255.255.255/32", "broadcast 255.255.255.255"),
 	r("240.0.0.0/4", "reserved 240.0.0.0/4"),
 
-	r("::/128", "unspecified ::"),
 	r("::1/128", "loopback ::1"),
 
 	// IPv6 blocks that embed an IPv4 address: reaching them may reach
@@ -149,6 +164,9 @@ func (v Verdict) Reason() string {
 		if e, ok := Embedded4(v.Addr); ok && v.Range.Embeds4 {
 			s += fmt.Sprintf(" (it embeds the IPv4 address %s)", e)
 		}
+		if v.Range.Never {
+			return s + "; no allow_cidrs entry opens it"
+		}
 		if v.Range.Metadata {
 			return s + "; only an allow_cidrs entry naming exactly " + single(v.Addr) + " opens it"
 		}
@@ -166,7 +184,8 @@ func single(a netip.Addr) string {
 // Check decides one address against the always-denied blocks and a
 // profile's allow CIDRs. An allow CIDR opens an always-denied address when
 // it contains it, except a metadata address, which only a CIDR naming
-// exactly that address opens.
+// exactly that address opens, and an unspecified address, which none
+// opens.
 func Check(a netip.Addr, allow []netip.Prefix) Verdict {
 	a = a.WithZone("")
 	if a.Is4In6() {
@@ -178,6 +197,10 @@ func Check(a netip.Addr, allow []netip.Prefix) Verdict {
 		return v
 	}
 	v.Range = rng
+	if rng.Never {
+		v.Denied = true
+		return v
+	}
 	for _, p := range allow {
 		if !p.Contains(a) {
 			continue

@@ -14,7 +14,8 @@ func TestClassify(t *testing.T) {
 		{"93.184.216.34", ""},
 		{"8.8.8.8", ""},
 		{"2606:2800:220:1:248:1893:25c8:1946", ""},
-		{"0.0.0.0", "this network"},
+		{"0.0.0.0", "unspecified 0.0.0.0"},
+		{"::ffff:0.0.0.0", "unspecified 0.0.0.0"},
 		{"0.1.2.3", "this network"},
 		{"10.255.255.255", "private"},
 		{"100.64.0.1", "carrier-grade"},
@@ -45,7 +46,7 @@ func TestClassify(t *testing.T) {
 		{"239.255.255.255", "multicast"},
 		{"240.0.0.1", "reserved"},
 		{"255.255.255.255", "broadcast"},
-		{"::", "unspecified"},
+		{"::", "unspecified ::"},
 		{"::1", "loopback ::1"},
 		{"::ffff:127.0.0.1", "loopback 127"},
 		{"::ffff:169.254.169.254", "metadata"},
@@ -102,6 +103,15 @@ func TestCheckAllowCIDRs(t *testing.T) {
 		{"fd00:ec2::254", pfx("fd00:ec2::254/128"), false},
 		{"::a9fe:a9fe", pfx("169.254.0.0/16"), true}, // compatible form needs its own entry
 		{"93.184.216.34", nil, false},
+		// The unspecified addresses reach this host: nothing opens them,
+		// though the rest of their blocks opens as usual.
+		{"0.0.0.0", pfx("0.0.0.0/8"), true},
+		{"0.0.0.0", pfx("0.0.0.0/1"), true},
+		{"0.0.0.0", pfx("0.0.0.0/32"), true},
+		{"::ffff:0.0.0.0", pfx("0.0.0.0/8"), true},
+		{"0.0.0.1", pfx("0.0.0.0/8"), false},
+		{"::", pfx("::/8"), true},
+		{"::", pfx("::/128"), true},
 	}
 	for _, tc := range cases {
 		v := Check(netip.MustParseAddr(tc.addr), tc.allow)
@@ -110,6 +120,9 @@ func TestCheckAllowCIDRs(t *testing.T) {
 		}
 		if v.Reason() == "" {
 			t.Errorf("Check(%s) has no reason", tc.addr)
+		}
+		if v.Range.Never && !strings.Contains(v.Reason(), "no allow_cidrs entry opens it") {
+			t.Errorf("Check(%s) reason %q does not say that nothing opens it", tc.addr, v.Reason())
 		}
 	}
 }

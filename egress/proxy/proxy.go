@@ -57,8 +57,9 @@ type ClientLookup func(remote netip.Addr) (clientID string, profile *egress.Prof
 type Config struct {
 	// Lookup identifies the client of a request. Required.
 	Lookup ClientLookup
-	// Checker decides requests and holds the proxy's own addresses (Serve
-	// adds the listener's). Required; share it with the browse pipeline.
+	// Checker decides requests and knows sandboxd's own listeners (Serve
+	// adds the proxy's; give it the process's shared egress.Listeners as
+	// Self so that the API's are refused too). Required.
 	Checker *egress.Checker
 	// Limiter enforces requests_per_minute per client; nil makes one.
 	Limiter *egress.Limiter
@@ -179,9 +180,9 @@ func New(cfg Config) (*Proxy, error) {
 }
 
 // Serve accepts connections on l until Shutdown or Close and serves them
-// over HTTP/1.1 only. The listener's address (every interface address
-// when it is unspecified) is recorded as the proxy's own, so requests
-// cannot loop back into it. It returns http.ErrServerClosed after
+// over HTTP/1.1 only. The listener's address is recorded with the
+// Checker's own listeners (AddSelf; an unspecified address stands for
+// every local address), so requests cannot loop back into it. It returns http.ErrServerClosed after
 // Shutdown or Close.
 func (p *Proxy) Serve(l net.Listener) error {
 	self := listenerAddrs(l)
@@ -254,29 +255,15 @@ func (p *Proxy) closeTunnels() {
 	}
 }
 
-// listenerAddrs returns the addresses a listener receives connections on.
+// listenerAddrs returns the address a listener receives connections on.
+// An unspecified address stays as it is: the Checker's Listeners treat it
+// as every local address at its port, read at each decision.
 func listenerAddrs(l net.Listener) []netip.AddrPort {
 	tcp, ok := l.Addr().(*net.TCPAddr)
 	if !ok {
 		return nil
 	}
-	ap := tcp.AddrPort()
-	out := []netip.AddrPort{netip.AddrPortFrom(ap.Addr().Unmap(), ap.Port())}
-	if !ap.Addr().IsUnspecified() {
-		return out
-	}
-	ifaddrs, err := net.InterfaceAddrs()
-	if err != nil {
-		return out // the unspecified entry already stands for every address
-	}
-	for _, a := range ifaddrs {
-		if n, ok := a.(*net.IPNet); ok {
-			if ip, ok := netip.AddrFromSlice(n.IP); ok {
-				out = append(out, netip.AddrPortFrom(ip.Unmap(), ap.Port()))
-			}
-		}
-	}
-	return out
+	return []netip.AddrPort{tcp.AddrPort()}
 }
 
 // state is what one request carries through goproxy, in its context.

@@ -97,12 +97,15 @@ func newEnv(t *testing.T, ports []int, mutate ...func(*egress.Profile)) *env {
 
 func newEnvConfig(t *testing.T, ports []int, cfg Config, mutate ...func(*egress.Profile)) *env {
 	t.Helper()
+	if cfg.Checker == nil {
+		cfg.Checker = &egress.Checker{} // the env's checker is new; only its Self is taken
+	}
 	e := &env{logs: &logBuffer{}, res: egresstest.NewResolver(map[string][]string{
 		"up.test":         {"127.0.0.1"},
 		"a.up.test":       {"127.0.0.1"},
 		"private.up.test": {"10.0.0.7"},
 	})}
-	e.checker = &egress.Checker{Resolver: e.res, DNSTimeout: time.Second}
+	e.checker = &egress.Checker{Resolver: e.res, DNSTimeout: time.Second, Self: cfg.Checker.Self}
 	e.setProfile(t, ports, mutate...)
 	cfg.Lookup = func(remote netip.Addr) (string, *egress.Profile, bool) {
 		e.lookups.Add(1)
@@ -788,9 +791,62 @@ func TestProxyOwnAddress(t *testing.T) {
 		"CONNECT up.test:" + port + " HTTP/1.1\r\nHost: x\r\n\r\n",
 	} {
 		resp, body := e.raw(t, req)
-		if resp.StatusCode != 403 || resp.Header.Get("X-Sandboxd-Egress") != string(egress.CodeProxyAddress) {
+		if resp.StatusCode != 403 || resp.Header.Get("X-Sandboxd-Egress") != string(egress.CodeDeniedSelf) {
 			t.Errorf("%q: status %d %s", req, resp.StatusCode, body)
 		}
+	}
+}
+
+// sandboxd's other listeners are refused too: with the process's shared
+// Listeners, a sandbox whose profile opens loopback cannot reach the API's
+// /metrics through the proxy, by a name resolving to the API's address or
+// to 0.0.0.0, over GET or CONNECT. Without the API in them, the same
+// request reaches it (the attack the test guards against).
+func TestProxySandboxdListeners(t *testing.T) {
+	var hits atomic.Int32
+	apiSrv, apiPort := upstream(t, func(w http.ResponseWriter, r *http.Request) {
+		hits.Add(1)
+		fmt.Fprint(w, "sandboxd_exec_total 1")
+	})
+	self := &egress.Listeners{}
+	e := newEnvConfig(t, []int{apiPort}, Config{Checker: &egress.Checker{Self: self}}, func(p *egress.Profile) {
+		p.AllowCIDRs = []string{"127.0.0.0/8", "0.0.0.0/8"}
+	})
+	e.res.Set("api.up.test", "127.0.0.1")
+	e.res.Set("zero.up.test", "0.0.0.0")
+	e.res.Set("zero6.up.test", "::")
+	port := strconv.Itoa(apiPort)
+
+	resp, body := e.raw(t, "GET http://api.up.test:"+port+"/metrics HTTP/1.1\r\nHost: x\r\n\r\n")
+	if resp.StatusCode != 200 || hits.Load() != 1 {
+		t.Fatalf("before the API is recorded, the request should reach it: %d %q", resp.StatusCode, body)
+	}
+	e.logs.waitLines(t, 1)
+	e.logs.Reset()
+	self.Add(apiSrv.Listener.Addr().(*net.TCPAddr).AddrPort())
+	requests := []string{}
+	for _, host := range []string{"api.up.test", "zero.up.test", "zero6.up.test", "127.0.0.1", "0.0.0.0", "[::]"} {
+		requests = append(requests,
+			"GET http://"+host+":"+port+"/metrics HTTP/1.1\r\nHost: x\r\n\r\n",
+			"CONNECT "+host+":"+port+" HTTP/1.1\r\nHost: x\r\n\r\n")
+	}
+	for _, req := range requests {
+		resp, body := e.raw(t, req)
+		if resp.StatusCode != 403 || resp.Header.Get("X-Sandboxd-Egress") != string(egress.CodeDeniedSelf) {
+			t.Errorf("%q: status %d %s %s", req, resp.StatusCode, resp.Header.Get("X-Sandboxd-Egress"), body)
+		}
+	}
+	if n := hits.Load(); n != 1 {
+		t.Errorf("the API was reached %d more times", n-1)
+	}
+	for _, l := range e.logs.waitLines(t, len(requests)) {
+		if l["code"] != string(egress.CodeDeniedSelf) || l["decision"] != "deny" || !strings.Contains(l["reason"].(string), "sandboxd's own listener 127.0.0.1:"+port) {
+			t.Errorf("log line %v", l)
+		}
+	}
+	// The proxy's own listener went into the shared set as well.
+	if got := self.List(); len(got) != 2 {
+		t.Errorf("shared listeners %v, want the API's and the proxy's", got)
 	}
 }
 

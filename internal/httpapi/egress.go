@@ -89,8 +89,9 @@ func (s *Server) evaluateProfile(c echo.Context) error {
 	ctx, cancel := context.WithTimeout(c.Request().Context(), evaluateTimeout)
 	defer cancel()
 	// Approvals read-only: a dry run shows what an approval allows and
-	// files no approval request.
-	checker := &egress.Checker{Resolver: s.cfg.Resolver, Approvals: s.approvals.ReadOnly()}
+	// files no approval request. Self is /fetch's record of
+	// sandboxd's own listeners, so the dry run refuses them as /fetch does.
+	checker := &egress.Checker{Resolver: s.cfg.Resolver, Approvals: s.approvals.ReadOnly(), Self: s.self}
 	d := checker.Decide(ctx, p, egress.Request{Method: body.Method, Target: body.URL, Client: "evaluate"})
 	if d.Code.BadRequest() {
 		field := "url"

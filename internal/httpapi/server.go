@@ -120,6 +120,9 @@ type Server struct {
 	fetches   *fetchflow.Flow
 	sessions  *sessions.Manager
 	approvals *approval.Service
+	// self is sandboxd's own listeners, as /fetch's checker knows them,
+	// for the dry run of POST /profiles/{name}/evaluate.
+	self      *egress.Listeners
 	captures  capture.Store
 	audit     audit.Log
 	profilesP *atomic.Pointer[profiles.Set]
@@ -175,6 +178,7 @@ func New(cfg Config) (*Server, error) {
 	if fetcher == nil {
 		fetcher = &browse.Fetcher{Checker: &egress.Checker{Resolver: cfg.Resolver, Approvals: s.approvals}, Log: cfg.Log, UserAgent: "sandboxd/" + cfg.Version}
 	}
+	s.self = fetcher.Checker.Self
 	s.fetches, err = fetchflow.New(fetchflow.Config{Plane: s.plane, Fetcher: fetcher, Captures: cfg.Captures, Profiles: s.profilesP, Redactors: redactors, Runs: s.flow, Log: cfg.Log})
 	if err != nil {
 		return nil, err
