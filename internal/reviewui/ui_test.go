@@ -24,6 +24,7 @@ import (
 	"time"
 
 	"github.com/andybalholm/brotli"
+	"github.com/labstack/echo/v4"
 	xhtml "golang.org/x/net/html"
 
 	"github.com/sandboxd/sandboxd/internal/auth"
@@ -170,8 +171,16 @@ func newFixture(t *testing.T) *fixture {
 	f.otherExec = add(&audit.Record{Kind: audit.KindExec, Tenant: "other", KeyID: "x", Session: "sess-1", Subject: "ex_other", Status: "ok",
 		Message: "OTHER_TENANT_RECORD", CaptureIDs: []string{f.otherCap}})
 
-	f.h = New(Config{Audit: log, Captures: caps, Keys: keyring(t), Now: f.clock.now, Origins: []string{origin}})
+	f.h = mount(New(Config{Audit: log, Captures: caps, Keys: keyring(t), Now: f.clock.now, Origins: []string{origin}}))
 	return f
+}
+
+// mount puts the page's routes on a router of their own at /ui, as the
+// API server does on its own.
+func mount(h *Handler) http.Handler {
+	e := echo.New()
+	h.Register(e.Group("/ui"))
+	return e
 }
 
 // request is one request to the page.
@@ -676,6 +685,54 @@ func TestEveryResponseHasHeaders(t *testing.T) {
 	}
 }
 
+// TestRoutes: what every path and method under /ui answers, signed in or
+// not: the page's own 404 for what it does not serve, redirects to the
+// clean path, and paths matched segment by segment after unescaping.
+func TestRoutes(t *testing.T) {
+	f := newFixture(t)
+	rev := f.signIn(keyRev)
+	for _, tc := range []struct {
+		method, path string
+		signedIn     bool
+		code         int
+		location     string // or what the page says
+	}{
+		{"GET", "/ui", false, http.StatusSeeOther, "/ui/"},
+		{"HEAD", "/ui?x=1", false, http.StatusSeeOther, "/ui/"},
+		{"POST", "/ui?x=1", false, http.StatusTemporaryRedirect, "/ui/?x=1"},
+		{"GET", "/ui/", true, http.StatusSeeOther, "/ui/audit"},
+		{"HEAD", "/ui/login", false, http.StatusOK, ""},
+		{"DELETE", "/ui/audit", true, http.StatusNotFound, "There is no such page."},
+		{"POST", "/ui/nowhere", false, http.StatusNotFound, "There is no such page."},
+		{"OPTIONS", "/ui/login", false, http.StatusNotFound, "There is no such page."},
+		{"GET", "/ui/logout", true, http.StatusNotFound, "There is no such page."},
+		{"GET", "/ui/audit/" + f.acmeExec + "/", true, http.StatusNotFound, "There is no such page."},
+		{"GET", "/ui/audit/x/y", false, http.StatusNotFound, "There is no such page."},
+		{"GET", "/ui/captures/x/y", true, http.StatusNotFound, "There is no such page."},
+		{"GET", "/ui//audit?kind=exec", true, http.StatusTemporaryRedirect, "/ui/audit?kind=exec"},
+		{"POST", "/ui/captures/./part", false, http.StatusTemporaryRedirect, "/ui/captures/part"},
+		{"GET", "/ui/audit/..", true, http.StatusTemporaryRedirect, "/ui"},
+		{"POST", "/ui/audit/..", true, http.StatusTemporaryRedirect, "/ui/"},
+		{"GET", "/ui/%2e%2e/healthz", true, http.StatusNotFound, "There is no such page."},
+		{"GET", "/ui/%61udit", false, http.StatusSeeOther, "/ui/login?next=%2Fui%2F%2561udit"},
+		{"GET", "/ui/%61udit", true, http.StatusOK, ""},
+		{"GET", "/ui/audit/a%2Fb", true, http.StatusNotFound, "No audit record &#34;a/b&#34;"},
+		{"GET", "/ui/audit/a%25b", true, http.StatusNotFound, "No audit record &#34;a%b&#34;"},
+		{"GET", "/ui/audit/%61%2Fb", true, http.StatusNotFound, "No audit record &#34;a/b&#34;"},
+		{"GET", "/ui/%61udit/a%2Fb", true, http.StatusNotFound, "No audit record &#34;a/b&#34;"},
+	} {
+		rq := request{method: tc.method, path: tc.path}
+		if tc.signedIn {
+			rq.cookies = []*http.Cookie{rev}
+		}
+		rec := f.do(rq)
+		got := rec.Header().Get("Location")
+		if rec.Code != tc.code || got != tc.location && !strings.Contains(rec.Body.String(), tc.location) {
+			t.Errorf("%s %s (signed in %v): %d %q, want %d %q", tc.method, tc.path, tc.signedIn, rec.Code, got, tc.code, tc.location)
+		}
+	}
+}
+
 func mustPart(t *testing.T, f *fixture, id, name string) []byte {
 	c, err := f.caps.Get(context.Background(), id)
 	if err != nil {
@@ -848,7 +905,7 @@ func TestCaptureReadsAreAudited(t *testing.T) {
 		t.Errorf("a refused read was recorded as a read: %d", n)
 	}
 
-	f.h = New(Config{Audit: failingAudit{f.log}, Captures: f.caps, Keys: keyring(t), Now: f.clock.now, Origins: []string{origin}})
+	f.h = mount(New(Config{Audit: failingAudit{f.log}, Captures: f.caps, Keys: keyring(t), Now: f.clock.now, Origins: []string{origin}}))
 	rev = f.signIn(keyRev)
 	code := string(mustPart(t, f, f.acmeExecCap, "code"))
 	for _, p := range []string{"/ui/captures/" + f.acmeExecCap, "/ui/captures/" + f.acmeExecCap + "/part?name=code"} {
