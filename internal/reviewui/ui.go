@@ -15,8 +15,13 @@
 //
 // Sign-in: the key is posted in a form (never in a URL) and exchanged for
 // a random session token in an HttpOnly, SameSite=Strict cookie; the
-// server maps the token to the key's identity (id, tenant, roles), never
-// to the key, until the session expires or signs out. Sign-in and
+// server maps the token to the key's identity (id, tenant, roles) and
+// fingerprint (the sha256 the keyring holds), never to the key, until the
+// session expires or signs out. Every request checks the session's key
+// against the keyring as it is now (a keys reload replaces it in place):
+// a key removed or rotated, moved to another tenant or no longer holding
+// the reviewer, security or admin role ends its sessions, and the roles
+// that decide what the page shows are the key's current ones. Sign-in and
 // sign-out are POST forms that carry a CSRF token (sign-in: an HMAC-signed
 // double-submit cookie; sign-out: the session's own token), and both check
 // that the request comes from this origin (Sec-Fetch-Site, Origin,
@@ -209,12 +214,15 @@ type errorData struct {
 
 // ---- sessions ----
 
-// session is one signed-in reviewer. It holds the key's identity, never
-// the key.
+// session is one signed-in reviewer. It holds the key's identity and
+// fingerprint, never the key.
 type session struct {
-	// key is the identity the key had at sign-in; its CanSee and Scope
-	// are the page's tenant checks.
+	// key is, in the store, the identity the key had at sign-in; in the
+	// copy a request gets, the key as the keyring holds it now. Its
+	// CanSee and Scope are the page's tenant checks.
 	key *auth.Key
+	// fp is the key's fingerprint, to find it in the keyring again.
+	fp auth.Fingerprint
 	// CSRF is the token the sign-out form carries.
 	CSRF     string
 	created  time.Time
@@ -267,7 +275,8 @@ func (st *sessionStore) add(token string, s *session, now time.Time) {
 	st.m[tokenHash(token)] = s
 }
 
-// get returns the live session of token and marks it used, or nil.
+// get returns a copy of the live session of token and marks it used, or
+// nil.
 func (st *sessionStore) get(token string, now time.Time, idle time.Duration) *session {
 	st.mu.Lock()
 	defer st.mu.Unlock()
@@ -281,7 +290,8 @@ func (st *sessionStore) get(token string, now time.Time, idle time.Duration) *se
 		return nil
 	}
 	s.lastSeen = now
-	return s
+	cp := *s
+	return &cp
 }
 
 func (st *sessionStore) remove(token string) {
@@ -297,13 +307,44 @@ func randomToken() string {
 	return base64.RawURLEncoding.EncodeToString(b[:])
 }
 
-// session returns the request's live session, or nil.
+// session returns the request's live session, with its key as the
+// keyring holds it now, or nil. A session whose key the keyring no longer
+// has as it was signed in with (see currentKey) is ended.
 func (h *Handler) session(r *http.Request) *session {
 	c, err := r.Cookie(sessionCookie)
 	if err != nil || c.Value == "" || len(c.Value) > 100 {
 		return nil
 	}
-	return h.sessions.get(c.Value, h.cfg.Now(), h.cfg.IdleTimeout)
+	s := h.sessions.get(c.Value, h.cfg.Now(), h.cfg.IdleTimeout)
+	if s == nil {
+		return nil
+	}
+	key, why := h.currentKey(s)
+	if key == nil {
+		h.sessions.remove(c.Value)
+		h.log.Warn("review session ended: "+why, "key_id", s.key.ID, "tenant", s.key.Tenant, "remote", r.RemoteAddr)
+		return nil
+	}
+	s.key = key
+	return s
+}
+
+// currentKey returns the keyring's key of session s, or nil and why the
+// session may not go on: the key was removed or rotated, its id or tenant
+// is not the one it signed in with, or it lost the reviewer role.
+func (h *Handler) currentKey(s *session) (*auth.Key, string) {
+	key, ok := h.cfg.Keys.Lookup(s.fp)
+	switch {
+	case !ok:
+		return nil, "its key was removed or rotated"
+	case key.ID != s.key.ID:
+		return nil, fmt.Sprintf("its key is now %s", key.ID)
+	case key.Tenant != s.key.Tenant:
+		return nil, fmt.Sprintf("its key moved to tenant %s", key.Tenant)
+	case !key.Has(auth.RoleReviewer):
+		return nil, "its key no longer has the reviewer, security or admin role"
+	}
+	return key, ""
 }
 
 // signedIn sends requests without a live session to the sign-in page.
@@ -465,8 +506,9 @@ func (h *Handler) login(c echo.Context) error {
 	}
 	now := h.cfg.Now()
 	token := randomToken()
-	// The keyring's *Key is shared and never modified: the session keeps it.
-	s := &session{key: key, CSRF: randomToken(), created: now, expires: now.Add(h.cfg.SessionTTL), lastSeen: now}
+	// The keyring's *Key is shared and never modified: the session keeps
+	// it, and the key's fingerprint to find it again after a reload.
+	s := &session{key: key, fp: auth.FingerprintOf(bearer), CSRF: randomToken(), created: now, expires: now.Add(h.cfg.SessionTTL), lastSeen: now}
 	// A session cookie that came with the request (an earlier sign-in on
 	// this browser) is ended: one browser, one session.
 	if old, err := r.Cookie(sessionCookie); err == nil {

@@ -55,6 +55,7 @@ var hostileAll = strings.Join(hostile, " ")
 type fixture struct {
 	t     *testing.T
 	h     http.Handler
+	keys  *auth.Keyring
 	log   audit.Log
 	caps  *capture.SQLite
 	clock *clock
@@ -79,14 +80,21 @@ func (c *clock) add(d time.Duration) {
 	c.t = c.t.Add(d)
 }
 
-func keyring(t *testing.T) *auth.Keyring {
-	p := filepath.Join(t.TempDir(), "keys.yaml")
-	if err := os.WriteFile(p, []byte(fmt.Sprintf(`keys:
+// keysFile is the test's keys: agent-1, rev-1, sec-1 and ops-1.
+var keysFile = fmt.Sprintf(`keys:
   - {id: agent-1, tenant: acme, key: %s, roles: [agent]}
   - {id: rev-1, tenant: acme, key: %s, roles: [reviewer]}
   - {id: sec-1, tenant: other, key: %s, roles: [security]}
   - {id: ops-1, tenant: ops, key: %s, roles: [admin]}
-`, keyAgent, keyRev, keySec, keyAdmin)), 0o600); err != nil {
+`, keyAgent, keyRev, keySec, keyAdmin)
+
+func keyring(t *testing.T) *auth.Keyring { return keyringOf(t, keysFile) }
+
+// keyringOf loads a keys file of the given content.
+func keyringOf(t *testing.T, content string) *auth.Keyring {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), "keys.yaml")
+	if err := os.WriteFile(p, []byte(content), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	r, _, err := auth.LoadFile(p)
@@ -171,7 +179,8 @@ func newFixture(t *testing.T) *fixture {
 	f.otherExec = add(&audit.Record{Kind: audit.KindExec, Tenant: "other", KeyID: "x", Session: "sess-1", Subject: "ex_other", Status: "ok",
 		Message: "OTHER_TENANT_RECORD", CaptureIDs: []string{f.otherCap}})
 
-	f.h = mount(New(Config{Audit: log, Captures: caps, Keys: keyring(t), Now: f.clock.now, Origins: []string{origin}}))
+	f.keys = keyring(t)
+	f.h = mount(New(Config{Audit: log, Captures: caps, Keys: f.keys, Now: f.clock.now, Origins: []string{origin}}))
 	return f
 }
 
@@ -500,6 +509,69 @@ func TestSessionExpiry(t *testing.T) {
 	}
 	if rec := f.do(request{path: "/ui/audit", cookies: []*http.Cookie{{Name: sessionCookie, Value: "forged"}}}); rec.Code != http.StatusSeeOther {
 		t.Fatalf("forged session: %d", rec.Code)
+	}
+}
+
+// TestKeysReloadEndsSessions: every request checks the session's key
+// against the keyring as a reload left it. A key removed, rotated, moved
+// to another tenant or reduced to the agent role ends its sessions: the
+// next page sends the browser to sign in, and the session is gone (it
+// does not come back when the key does). The roles that decide are the
+// current ones.
+func TestKeysReloadEndsSessions(t *testing.T) {
+	for name, edit := range map[string][2]string{
+		"removed":        {"  - {id: rev-1, tenant: acme, key: " + keyRev + ", roles: [reviewer]}\n", ""},
+		"rotated":        {"key: " + keyRev, "key: " + keyRev + "_rotated"},
+		"role reduced":   {"key: " + keyRev + ", roles: [reviewer]", "key: " + keyRev + ", roles: [agent]"},
+		"tenant changed": {"{id: rev-1, tenant: acme", "{id: rev-1, tenant: other"},
+		"id changed":     {"{id: rev-1,", "{id: rev-2,"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			f := newFixture(t)
+			c := f.signIn(keyRev)
+			if b := f.get(c, "/ui/audit", 200); !strings.Contains(b, "fe_1") {
+				t.Fatal("the reviewer's list misses its records before the reload")
+			}
+			changed := strings.Replace(keysFile, edit[0], edit[1], 1)
+			if changed == keysFile {
+				t.Fatalf("the edit %q changes nothing", edit[0])
+			}
+			f.keys.Replace(keyringOf(t, changed))
+			for _, p := range []string{"/ui/audit", "/ui/audit/" + f.acmeExec, "/ui/captures/" + f.acmeExecCap, "/ui/session?id=sess-1"} {
+				rec := f.do(request{path: p, cookies: []*http.Cookie{c}})
+				if rec.Code != http.StatusSeeOther || rec.Header().Get("Location") != "/ui/login?"+(url.Values{"next": {p}}).Encode() ||
+					strings.Contains(rec.Body.String(), "fe_1") || strings.Contains(rec.Body.String(), "print(") {
+					t.Fatalf("GET %s after the reload: %d %q %s", p, rec.Code, rec.Header().Get("Location"), rec.Body)
+				}
+			}
+			// The session is gone, not only refused: it stays ended when
+			// the key is back.
+			f.keys.Replace(keyring(t))
+			if rec := f.do(request{path: "/ui/audit", cookies: []*http.Cookie{c}}); rec.Code != http.StatusSeeOther {
+				t.Fatalf("the ended session came back with the key: %d", rec.Code)
+			}
+			if n := len(f.reads(f.acmeExecCap)); n != 0 {
+				t.Errorf("%d capture reads recorded for refused requests", n)
+			}
+		})
+	}
+
+	// A reload that leaves the key as it was keeps its sessions; the
+	// roles in force are the key's current ones.
+	f := newFixture(t)
+	rev, adm := f.signIn(keyRev), f.signIn(keyAdmin)
+	f.get(adm, "/ui/audit?tenant=other", 200)
+	f.keys.Replace(keyringOf(t, strings.Replace(keysFile, "roles: [admin]", "roles: [security]", 1)+
+		"  - {id: new-1, tenant: acme, key: sbx_new_key_0123456789, roles: [reviewer]}\n"))
+	if b := f.get(rev, "/ui/audit", 200); !strings.Contains(b, "fe_1") {
+		t.Error("the reviewer's session did not survive an unrelated reload")
+	}
+	if b := f.get(adm, "/ui/audit?tenant=other", http.StatusForbidden); strings.Contains(b, "ex_other") {
+		t.Error("a key demoted from admin still reads another tenant")
+	}
+	f.get(adm, "/ui/audit/"+f.otherExec, http.StatusNotFound)
+	if b := f.get(adm, "/ui/audit", 200); strings.Contains(b, "every tenant") {
+		t.Error("the page still says the demoted key sees every tenant")
 	}
 }
 
