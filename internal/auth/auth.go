@@ -122,8 +122,28 @@ func (r *Keyring) Replace(other *Keyring) {
 	r.mu.Unlock()
 }
 
-// Authenticate returns the key whose hash matches sha256(bearer). The
-// returned *Key is shared: do not modify it.
+// Fingerprint is the sha256 of a plaintext key, as a Keyring holds it. It
+// stands for a key where the key itself must not be kept (a review-page
+// session): it cannot be presented as a key, since Authenticate hashes
+// what it is given.
+type Fingerprint [sha256.Size]byte
+
+// FingerprintOf returns the Fingerprint of the plaintext key bearer.
+func FingerprintOf(bearer string) Fingerprint { return sha256.Sum256([]byte(bearer)) }
+
+// Authenticate returns the key whose hash matches sha256(bearer), as
+// Lookup does. The returned *Key is shared: do not modify it.
+func (r *Keyring) Authenticate(bearer string) (*Key, bool) {
+	if bearer == "" {
+		return nil, false
+	}
+	return r.Lookup(FingerprintOf(bearer))
+}
+
+// Lookup returns the key whose hash is fp as r holds it now: after a
+// Replace, a key that was removed, or rotated to a new secret under the
+// same id, is not found, and one that was kept has its new tenant and
+// roles. The returned *Key is shared: do not modify it.
 //
 // Every stored hash is compared with crypto/subtle, and the loop neither
 // stops at a match nor branches on one, so the time taken does not depend
@@ -132,16 +152,15 @@ func (r *Keyring) Replace(other *Keyring) {
 // bits of a sha256, which do not help to find a key. A map lookup by hash
 // would therefore be acceptable too; the scan keeps the code free of that
 // argument and costs nothing at the number of keys a service has.
-func (r *Keyring) Authenticate(bearer string) (*Key, bool) {
-	if r == nil || bearer == "" {
+func (r *Keyring) Lookup(fp Fingerprint) (*Key, bool) {
+	if r == nil {
 		return nil, false
 	}
-	sum := sha256.Sum256([]byte(bearer))
 	r.mu.RLock()
 	defer r.mu.RUnlock()
 	match := -1
 	for i := range r.entries {
-		eq := subtle.ConstantTimeCompare(sum[:], r.entries[i].hash[:])
+		eq := subtle.ConstantTimeCompare(fp[:], r.entries[i].hash[:])
 		match = subtle.ConstantTimeSelect(eq, i, match)
 	}
 	if match < 0 {

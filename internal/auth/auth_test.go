@@ -93,6 +93,56 @@ func TestAuthenticateNilRing(t *testing.T) {
 	}
 }
 
+// TestLookupAfterReplace: Lookup finds a key by its fingerprint as the
+// keyring holds it now, after a keys-file reload.
+func TestLookupAfterReplace(t *testing.T) {
+	load := func(content string) *Keyring {
+		t.Helper()
+		ring, _, err := LoadFile(writeKeys(t, content))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return ring
+	}
+	const rotated = "sbx_agent-secret-rotated-000"
+	ring := load("keys:\n  - {id: agent-1, tenant: acme, key_sha256: " + sha(agentKey) + ", roles: [agent]}\n" +
+		"  - {id: admin-1, tenant: ops, key_sha256: " + sha(adminKey) + ", roles: [admin]}\n")
+	agent, admin := FingerprintOf(agentKey), FingerprintOf(adminKey)
+	if k, ok := ring.Lookup(agent); !ok || k.ID != "agent-1" {
+		t.Fatalf("Lookup(agent) = %+v, %v", k, ok)
+	}
+	if k, ok := ring.Lookup(FingerprintOf("wrong")); ok {
+		t.Fatalf("Lookup of an unknown fingerprint = %+v", k)
+	}
+	if k, ok := ring.Lookup(Fingerprint{}); ok {
+		t.Fatalf("Lookup of the zero fingerprint = %+v", k)
+	}
+
+	// agent-1 rotated to a new secret; admin-1 moved and demoted.
+	ring.Replace(load("keys:\n  - {id: agent-1, tenant: acme, key_sha256: " + sha(rotated) + ", roles: [agent]}\n" +
+		"  - {id: admin-1, tenant: other, key_sha256: " + sha(adminKey) + ", roles: [reviewer]}\n"))
+	if k, ok := ring.Lookup(agent); ok {
+		t.Errorf("the rotated key's old fingerprint still finds %+v", k)
+	}
+	if k, ok := ring.Lookup(FingerprintOf(rotated)); !ok || k.ID != "agent-1" {
+		t.Errorf("Lookup(rotated) = %+v, %v", k, ok)
+	}
+	want := &Key{ID: "admin-1", Tenant: "other", Roles: []string{"reviewer"}}
+	if k, ok := ring.Lookup(admin); !ok || !reflect.DeepEqual(k, want) {
+		t.Errorf("Lookup(admin) after the reload = %+v, %v; want %+v", k, ok, want)
+	}
+
+	// admin-1 removed.
+	ring.Replace(load("keys:\n  - {id: agent-1, tenant: acme, key_sha256: " + sha(rotated) + ", roles: [agent]}\n"))
+	if k, ok := ring.Lookup(admin); ok {
+		t.Errorf("the removed key is still found: %+v", k)
+	}
+	var nilRing *Keyring
+	if k, ok := nilRing.Lookup(admin); ok {
+		t.Errorf("nil Keyring found %+v", k)
+	}
+}
+
 func TestHas(t *testing.T) {
 	tests := []struct {
 		roles []string

@@ -6,13 +6,11 @@ import (
 	"github.com/sandboxd/sandboxd/internal/reviewui"
 )
 
-// uiRoutes serves the review page (package ui) at /ui/: investigators sign
-// in with a reviewer, security or admin key and read the audit log and
-// captures in a browser, with the same tenant scoping as GET /audit and
-// GET /captures. The page sets its own security headers (a strict
-// Content-Security-Policy, nosniff, no-referrer) on every response.
+// uiRoutes serves the review page (package reviewui) at /ui/:
+// investigators sign in with a reviewer, security or admin key and read the
+// audit log and captures in a browser, with the same tenant scoping as GET
+// /audit and GET /captures. The page sets its own security headers (a
+// strict Content-Security-Policy, nosniff, no-referrer) on every response.
 func (s *Server) uiRoutes(e *echo.Echo) {
-	h := echo.WrapHandler(reviewui.New(reviewui.Config{Audit: s.audit, Captures: s.captures, Keys: s.cfg.Keys, Log: s.log}))
-	e.Any("/ui", h)
-	e.Any("/ui/*", h)
+	reviewui.New(reviewui.Config{Audit: s.audit, Captures: s.captures, Keys: s.cfg.Keys, Log: s.log}).Register(e.Group("/ui"))
 }

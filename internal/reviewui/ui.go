@@ -1,4 +1,4 @@
-// Package ui is the review page: a server-rendered web page at /ui/ for
+// Package reviewui is the review page: a server-rendered web page at /ui/ for
 // investigators, served by sandboxd itself. A reviewer signs in with an API
 // key (reviewer, security or admin role; agent keys are refused), searches
 // the audit log, opens a record with its code, outputs and every egress
@@ -15,15 +15,24 @@
 //
 // Sign-in: the key is posted in a form (never in a URL) and exchanged for
 // a random session token in an HttpOnly, SameSite=Strict cookie; the
-// server maps the token to the key's identity (id, tenant, roles), never
-// to the key, until the session expires or signs out. Sign-in and
+// server maps the token to the key's identity (id, tenant, roles) and
+// fingerprint (the sha256 the keyring holds), never to the key, until the
+// session expires or signs out. Every request checks the session's key
+// against the keyring as it is now (a keys reload replaces it in place):
+// a key removed or rotated, moved to another tenant or no longer holding
+// the reviewer, security or admin role ends its sessions, and the roles
+// that decide what the page shows are the key's current ones. Sign-in and
 // sign-out are POST forms that carry a CSRF token (sign-in: an HMAC-signed
 // double-submit cookie; sign-out: the session's own token), and both check
 // that the request comes from this origin (Sec-Fetch-Site, Origin,
 // Referer).
 //
-// Tenant scoping is the JSON API's: reviewer and security keys see their
-// own tenant's records and captures, admin keys every tenant's.
+// Tenant scoping is the JSON API's (auth.Key.CanSee and Scope): reviewer
+// and security keys see their own tenant's records and captures, admin
+// keys every tenant's.
+//
+// The page's routes go on the API's echo router: New, then Register on the
+// group of /ui.
 package reviewui
 
 import (
@@ -45,6 +54,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/labstack/echo/v4"
 
 	"github.com/sandboxd/sandboxd/internal/auth"
 	"github.com/sandboxd/sandboxd/internal/forensics/audit"
@@ -102,20 +113,19 @@ type Config struct {
 	Now func() time.Time
 }
 
-// handler serves the review page.
-type handler struct {
+// Handler serves the review page.
+type Handler struct {
 	cfg      Config
 	log      *slog.Logger
-	mux      *http.ServeMux
 	pages    map[string]*template.Template
 	css      []byte
 	secret   [32]byte // signs the sign-in form's CSRF token
 	sessions *sessionStore
 }
 
-// New returns the review page's handler, to be mounted at /ui/ (it also
-// answers /ui with a redirect).
-func New(cfg Config) http.Handler {
+// New returns the review page's handler; Register puts its routes on the
+// router.
+func New(cfg Config) *Handler {
 	if cfg.SessionTTL <= 0 {
 		cfg.SessionTTL = 8 * time.Hour
 	}
@@ -131,7 +141,7 @@ func New(cfg Config) http.Handler {
 	if cfg.Log == nil {
 		cfg.Log = slog.New(slog.DiscardHandler)
 	}
-	h := &handler{cfg: cfg, log: cfg.Log.With("component", "ui"), pages: map[string]*template.Template{}}
+	h := &Handler{cfg: cfg, log: cfg.Log.With("component", "ui"), pages: map[string]*template.Template{}}
 	if _, err := rand.Read(h.secret[:]); err != nil {
 		panic("ui: no randomness: " + err.Error())
 	}
@@ -145,54 +155,22 @@ func New(cfg Config) http.Handler {
 		h.pages[page] = template.Must(template.New("layout.html").Funcs(funcs).ParseFS(templateFS,
 			"templates/layout.html", "templates/parts.html", "templates/"+page+".html"))
 	}
-	mux := http.NewServeMux()
-	mux.HandleFunc("GET /ui", func(w http.ResponseWriter, r *http.Request) { redirect(w, r, Prefix) })
-	mux.HandleFunc("GET /ui/{$}", h.home)
-	mux.HandleFunc("GET /ui/static/style.css", h.style)
-	mux.HandleFunc("GET /ui/login", h.loginForm)
-	mux.HandleFunc("POST /ui/login", h.login)
-	mux.HandleFunc("POST /ui/logout", h.logout)
-	mux.HandleFunc("GET /ui/audit", h.signedIn(h.auditList))
-	mux.HandleFunc("GET /ui/audit/{id}", h.signedIn(h.auditRecord))
-	mux.HandleFunc("GET /ui/captures/{id}", h.signedIn(h.captureView))
-	mux.HandleFunc("GET /ui/captures/{id}/part", h.signedIn(h.capturePart))
-	mux.HandleFunc("GET /ui/session", h.signedIn(h.sessionTimeline))
-	mux.HandleFunc("/ui/", func(w http.ResponseWriter, r *http.Request) {
-		h.fail(w, r, nil, http.StatusNotFound, "There is no such page.")
-	})
-	h.mux = mux
 	return h
 }
 
-// ServeHTTP sets the security headers every response carries, then routes.
-func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	hd := w.Header()
-	hd.Set("Content-Security-Policy", CSP)
-	hd.Set("X-Content-Type-Options", "nosniff")
-	hd.Set("Referrer-Policy", "no-referrer")
-	hd.Set("X-Frame-Options", "DENY")
-	hd.Set("Cross-Origin-Opener-Policy", "same-origin")
-	hd.Set("Cross-Origin-Resource-Policy", "same-origin")
-	hd.Set("Cache-Control", "no-store")
-	h.mux.ServeHTTP(w, r)
-}
-
-func redirect(w http.ResponseWriter, r *http.Request, to string) {
-	http.Redirect(w, r, to, http.StatusSeeOther)
-}
-
-func (h *handler) style(w http.ResponseWriter, r *http.Request) {
+func (h *Handler) style(c echo.Context) error {
+	w := c.Response()
 	w.Header().Set("Content-Type", "text/css; charset=utf-8")
 	w.Header().Set("Cache-Control", "no-cache")
 	_, _ = w.Write(h.css)
+	return nil
 }
 
-func (h *handler) home(w http.ResponseWriter, r *http.Request) {
-	if h.session(r) != nil {
-		redirect(w, r, Prefix+"audit")
-		return
+func (h *Handler) home(c echo.Context) error {
+	if h.session(c.Request()) != nil {
+		return redirect(c, Prefix+"audit")
 	}
-	redirect(w, r, Prefix+"login")
+	return redirect(c, Prefix+"login")
 }
 
 // page is what every template gets; Data is the page's own.
@@ -204,27 +182,29 @@ type page struct {
 }
 
 // render writes a page with status.
-func (h *handler) render(w http.ResponseWriter, r *http.Request, status int, name string, p page) {
+func (h *Handler) render(c echo.Context, status int, name string, p page) error {
+	w := c.Response()
 	t := h.pages[name]
 	var b strings.Builder
 	if err := t.Execute(&b, p); err != nil {
-		h.log.Error("rendering a page failed", "page", name, "path", r.URL.Path, "err", err)
+		h.log.Error("rendering a page failed", "page", name, "path", c.Request().URL.Path, "err", err)
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 		w.WriteHeader(http.StatusInternalServerError)
 		_, _ = fmt.Fprintln(w, "the page could not be rendered; the log says why")
-		return
+		return nil
 	}
 	w.Header().Set("Content-Type", "text/html; charset=utf-8")
 	w.WriteHeader(status)
 	_, _ = io.WriteString(w, b.String())
+	return nil
 }
 
 // fail shows an error page.
-func (h *handler) fail(w http.ResponseWriter, r *http.Request, s *session, status int, msg string) {
+func (h *Handler) fail(c echo.Context, s *session, status int, msg string) error {
 	if s == nil {
-		s = h.session(r)
+		s = h.session(c.Request())
 	}
-	h.render(w, r, status, "error", page{Title: http.StatusText(status), Session: s, Data: errorData{Status: status, Message: msg}})
+	return h.render(c, status, "error", page{Title: http.StatusText(status), Session: s, Data: errorData{Status: status, Message: msg}})
 }
 
 type errorData struct {
@@ -234,12 +214,15 @@ type errorData struct {
 
 // ---- sessions ----
 
-// session is one signed-in reviewer. It holds the key's identity, never
-// the key.
+// session is one signed-in reviewer. It holds the key's identity and
+// fingerprint, never the key.
 type session struct {
-	KeyID  string
-	Tenant string
-	Roles  []string
+	// key is, in the store, the identity the key had at sign-in; in the
+	// copy a request gets, the key as the keyring holds it now. Its
+	// CanSee and Scope are the page's tenant checks.
+	key *auth.Key
+	// fp is the key's fingerprint, to find it in the keyring again.
+	fp auth.Fingerprint
 	// CSRF is the token the sign-out form carries.
 	CSRF     string
 	created  time.Time
@@ -247,10 +230,14 @@ type session struct {
 	lastSeen time.Time
 }
 
-// Admin reports whether the session's key sees every tenant.
-func (s *session) Admin() bool { return s.key().Has(auth.RoleAdmin) }
+// KeyID is the session's key's id.
+func (s *session) KeyID() string { return s.key.ID }
 
-func (s *session) key() *auth.Key { return &auth.Key{ID: s.KeyID, Tenant: s.Tenant, Roles: s.Roles} }
+// Tenant is the session's key's tenant.
+func (s *session) Tenant() string { return s.key.Tenant }
+
+// Admin reports whether the session's key sees every tenant.
+func (s *session) Admin() bool { return s.key.Has(auth.RoleAdmin) }
 
 // sessionStore maps the sha256 of session tokens to sessions: the store
 // does not hold the tokens themselves.
@@ -288,7 +275,8 @@ func (st *sessionStore) add(token string, s *session, now time.Time) {
 	st.m[tokenHash(token)] = s
 }
 
-// get returns the live session of token and marks it used, or nil.
+// get returns a copy of the live session of token and marks it used, or
+// nil.
 func (st *sessionStore) get(token string, now time.Time, idle time.Duration) *session {
 	st.mu.Lock()
 	defer st.mu.Unlock()
@@ -302,7 +290,8 @@ func (st *sessionStore) get(token string, now time.Time, idle time.Duration) *se
 		return nil
 	}
 	s.lastSeen = now
-	return s
+	cp := *s
+	return &cp
 }
 
 func (st *sessionStore) remove(token string) {
@@ -318,30 +307,61 @@ func randomToken() string {
 	return base64.RawURLEncoding.EncodeToString(b[:])
 }
 
-// session returns the request's live session, or nil.
-func (h *handler) session(r *http.Request) *session {
+// session returns the request's live session, with its key as the
+// keyring holds it now, or nil. A session whose key the keyring no longer
+// has as it was signed in with (see currentKey) is ended.
+func (h *Handler) session(r *http.Request) *session {
 	c, err := r.Cookie(sessionCookie)
 	if err != nil || c.Value == "" || len(c.Value) > 100 {
 		return nil
 	}
-	return h.sessions.get(c.Value, h.cfg.Now(), h.cfg.IdleTimeout)
+	s := h.sessions.get(c.Value, h.cfg.Now(), h.cfg.IdleTimeout)
+	if s == nil {
+		return nil
+	}
+	key, why := h.currentKey(s)
+	if key == nil {
+		h.sessions.remove(c.Value)
+		h.log.Warn("review session ended: "+why, "key_id", s.key.ID, "tenant", s.key.Tenant, "remote", r.RemoteAddr)
+		return nil
+	}
+	s.key = key
+	return s
+}
+
+// currentKey returns the keyring's key of session s, or nil and why the
+// session may not go on: the key was removed or rotated, its id or tenant
+// is not the one it signed in with, or it lost the reviewer role.
+func (h *Handler) currentKey(s *session) (*auth.Key, string) {
+	key, ok := h.cfg.Keys.Lookup(s.fp)
+	switch {
+	case !ok:
+		return nil, "its key was removed or rotated"
+	case key.ID != s.key.ID:
+		return nil, fmt.Sprintf("its key is now %s", key.ID)
+	case key.Tenant != s.key.Tenant:
+		return nil, fmt.Sprintf("its key moved to tenant %s", key.Tenant)
+	case !key.Has(auth.RoleReviewer):
+		return nil, "its key no longer has the reviewer, security or admin role"
+	}
+	return key, ""
 }
 
 // signedIn sends requests without a live session to the sign-in page.
-func (h *handler) signedIn(next func(http.ResponseWriter, *http.Request, *session)) http.HandlerFunc {
-	return func(w http.ResponseWriter, r *http.Request) {
+func (h *Handler) signedIn(next func(echo.Context, *session) error) echo.HandlerFunc {
+	return func(c echo.Context) error {
+		r := c.Request()
 		s := h.session(r)
 		if s == nil {
 			// Back to this page after the sign-in: a link from elsewhere
 			// (a ticket) arrives without the SameSite=Strict cookie.
-			redirect(w, r, Prefix+"login?"+url.Values{"next": {r.URL.RequestURI()}}.Encode())
-			return
+			return redirect(c, Prefix+"login?"+url.Values{"next": {r.URL.RequestURI()}}.Encode())
 		}
-		next(w, r, s)
+		return next(c, s)
 	}
 }
 
-func (h *handler) cookie(r *http.Request, name, value string, maxAge time.Duration) *http.Cookie {
+func (h *Handler) cookie(r *http.Request, name, value string, maxAge time.Duration) *http.Cookie {
 	c := &http.Cookie{Name: name, Value: value, Path: Prefix, HttpOnly: true, SameSite: http.SameSiteStrictMode,
 		Secure: r.TLS != nil || h.cfg.SecureCookie || strings.EqualFold(r.Header.Get("X-Forwarded-Proto"), "https")}
 	if maxAge > 0 {
@@ -358,7 +378,7 @@ func (h *handler) cookie(r *http.Request, name, value string, maxAge time.Durati
 // loginToken is the sign-in form's token: an HMAC of the nonce in the
 // sign-in cookie, so that a page that can plant a cookie still cannot
 // forge the form field.
-func (h *handler) loginToken(nonce string) string {
+func (h *Handler) loginToken(nonce string) string {
 	m := hmac.New(sha256.New, h.secret[:])
 	m.Write([]byte("ui-login\x00" + nonce))
 	return base64.RawURLEncoding.EncodeToString(m.Sum(nil))
@@ -370,20 +390,20 @@ func (h *handler) loginToken(nonce string) string {
 // so "null" passes only with Sec-Fetch-Site: same-origin, which browsers
 // send whatever the referrer policy. A request with none of these headers
 // (not a current browser) is refused.
-func (h *handler) checkOrigin(r *http.Request) error {
+func (h *Handler) checkOrigin(r *http.Request) error {
 	site := r.Header.Get("Sec-Fetch-Site")
 	if site != "" && site != "same-origin" {
-		return fmt.Errorf("Sec-Fetch-Site is %q, not same-origin", site)
+		return fmt.Errorf("the Sec-Fetch-Site header is %q, not same-origin", site)
 	}
 	if o := r.Header.Get("Origin"); o != "" {
 		if o == "null" {
 			if site == "same-origin" {
 				return nil
 			}
-			return errors.New("Origin is null and Sec-Fetch-Site is not same-origin")
+			return errors.New("the Origin header is null and Sec-Fetch-Site is not same-origin")
 		}
 		if !h.allowedOrigin(r, o) {
-			return fmt.Errorf("Origin %q is not this page's", o)
+			return fmt.Errorf("the Origin header %q is not this page's", o)
 		}
 		return nil
 	}
@@ -400,7 +420,7 @@ func (h *handler) checkOrigin(r *http.Request) error {
 	return errors.New("the request has no Origin, Referer or Sec-Fetch-Site header")
 }
 
-func (h *handler) allowedOrigin(r *http.Request, origin string) bool {
+func (h *Handler) allowedOrigin(r *http.Request, origin string) bool {
 	if len(h.cfg.Origins) > 0 {
 		for _, o := range h.cfg.Origins {
 			if strings.EqualFold(strings.TrimSuffix(o, "/"), origin) {
@@ -435,62 +455,60 @@ func safeNext(next string) string {
 	return next
 }
 
-func (h *handler) loginForm(w http.ResponseWriter, r *http.Request) {
+func (h *Handler) loginForm(c echo.Context) error {
+	r := c.Request()
 	if h.session(r) != nil {
-		redirect(w, r, cmp.Or(safeNext(r.URL.Query().Get("next")), Prefix+"audit"))
-		return
+		return redirect(c, cmp.Or(safeNext(r.URL.Query().Get("next")), Prefix+"audit"))
 	}
-	h.showLogin(w, r, http.StatusOK, "")
+	return h.showLogin(c, http.StatusOK, "")
 }
 
 // showLogin renders the sign-in form with a fresh CSRF nonce and token.
-func (h *handler) showLogin(w http.ResponseWriter, r *http.Request, status int, msg string) {
+func (h *Handler) showLogin(c echo.Context, status int, msg string) error {
+	r := c.Request()
 	nonce := randomToken()
-	http.SetCookie(w, h.cookie(r, loginCookie, nonce, time.Hour))
+	http.SetCookie(c.Response(), h.cookie(r, loginCookie, nonce, time.Hour))
 	next := r.URL.Query().Get("next")
 	if r.Method == http.MethodPost {
 		next = r.PostForm.Get("next")
 	}
-	h.render(w, r, status, "login", page{Title: "Sign in", Data: loginData{CSRF: h.loginToken(nonce), Next: safeNext(next), Error: msg}})
+	return h.render(c, status, "login", page{Title: "Sign in", Data: loginData{CSRF: h.loginToken(nonce), Next: safeNext(next), Error: msg}})
 }
 
 const maxFormBytes = 16 << 10
 
-func (h *handler) login(w http.ResponseWriter, r *http.Request) {
+func (h *Handler) login(c echo.Context) error {
+	w, r := c.Response(), c.Request()
 	log := h.log.With("remote", r.RemoteAddr)
 	if err := h.checkOrigin(r); err != nil {
 		log.Warn("sign-in refused: cross-origin request", "reason", err.Error())
-		h.fail(w, r, nil, http.StatusForbidden, "The sign-in was refused: it did not come from this page. Open the sign-in page and try again.")
-		return
+		return h.fail(c, nil, http.StatusForbidden, "The sign-in was refused: it did not come from this page. Open the sign-in page and try again.")
 	}
 	r.Body = http.MaxBytesReader(w, r.Body, maxFormBytes)
 	if err := r.ParseForm(); err != nil {
-		h.showLogin(w, r, http.StatusBadRequest, "The form could not be read.")
-		return
+		return h.showLogin(c, http.StatusBadRequest, "The form could not be read.")
 	}
-	c, err := r.Cookie(loginCookie)
+	lc, err := r.Cookie(loginCookie)
 	tok := r.PostForm.Get("csrf")
-	if err != nil || c.Value == "" || tok == "" || subtle.ConstantTimeCompare([]byte(tok), []byte(h.loginToken(c.Value))) != 1 {
+	if err != nil || lc.Value == "" || tok == "" || subtle.ConstantTimeCompare([]byte(tok), []byte(h.loginToken(lc.Value))) != 1 {
 		log.Warn("sign-in refused: missing or wrong CSRF token")
-		h.showLogin(w, r, http.StatusForbidden, "The sign-in form expired or did not come from this page; it has been renewed: sign in again.")
-		return
+		return h.showLogin(c, http.StatusForbidden, "The sign-in form expired or did not come from this page; it has been renewed: sign in again.")
 	}
 	bearer := strings.TrimSpace(r.PostForm.Get("key"))
 	key, ok := h.cfg.Keys.Authenticate(bearer)
 	if !ok {
 		log.Warn("sign-in refused: the key is not valid")
-		h.showLogin(w, r, http.StatusUnauthorized, "That key is not valid.")
-		return
+		return h.showLogin(c, http.StatusUnauthorized, "That key is not valid.")
 	}
 	if !key.Has(auth.RoleReviewer) {
 		log.Warn("sign-in refused: the key lacks the reviewer role", "key_id", key.ID, "tenant", key.Tenant)
-		h.showLogin(w, r, http.StatusForbidden, fmt.Sprintf("Key %s may not sign in here: only keys with the reviewer, security or admin role may (agents never read the audit log or captures).", key.ID))
-		return
+		return h.showLogin(c, http.StatusForbidden, fmt.Sprintf("Key %s may not sign in here: only keys with the reviewer, security or admin role may (agents never read the audit log or captures).", key.ID))
 	}
 	now := h.cfg.Now()
 	token := randomToken()
-	s := &session{KeyID: key.ID, Tenant: key.Tenant, Roles: append([]string(nil), key.Roles...), CSRF: randomToken(),
-		created: now, expires: now.Add(h.cfg.SessionTTL), lastSeen: now}
+	// The keyring's *Key is shared and never modified: the session keeps
+	// it, and the key's fingerprint to find it again after a reload.
+	s := &session{key: key, fp: auth.FingerprintOf(bearer), CSRF: randomToken(), created: now, expires: now.Add(h.cfg.SessionTTL), lastSeen: now}
 	// A session cookie that came with the request (an earlier sign-in on
 	// this browser) is ended: one browser, one session.
 	if old, err := r.Cookie(sessionCookie); err == nil {
@@ -500,29 +518,27 @@ func (h *handler) login(w http.ResponseWriter, r *http.Request) {
 	http.SetCookie(w, h.cookie(r, sessionCookie, token, h.cfg.SessionTTL))
 	http.SetCookie(w, h.cookie(r, loginCookie, "", 0))
 	log.Info("reviewer signed in", "key_id", key.ID, "tenant", key.Tenant)
-	redirect(w, r, cmp.Or(safeNext(r.PostForm.Get("next")), Prefix+"audit"))
+	return redirect(c, cmp.Or(safeNext(r.PostForm.Get("next")), Prefix+"audit"))
 }
 
-func (h *handler) logout(w http.ResponseWriter, r *http.Request) {
+func (h *Handler) logout(c echo.Context) error {
+	w, r := c.Response(), c.Request()
 	if err := h.checkOrigin(r); err != nil {
 		h.log.Warn("sign-out refused: cross-origin request", "remote", r.RemoteAddr, "reason", err.Error())
-		h.fail(w, r, nil, http.StatusForbidden, "The sign-out was refused: it did not come from this page.")
-		return
+		return h.fail(c, nil, http.StatusForbidden, "The sign-out was refused: it did not come from this page.")
 	}
-	c, err := r.Cookie(sessionCookie)
+	sc, err := r.Cookie(sessionCookie)
 	s := h.session(r)
 	if err != nil || s == nil {
-		redirect(w, r, Prefix+"login")
-		return
+		return redirect(c, Prefix+"login")
 	}
 	r.Body = http.MaxBytesReader(w, r.Body, maxFormBytes)
 	if err := r.ParseForm(); err != nil || subtle.ConstantTimeCompare([]byte(r.PostForm.Get("csrf")), []byte(s.CSRF)) != 1 {
-		h.log.Warn("sign-out refused: missing or wrong CSRF token", "remote", r.RemoteAddr, "key_id", s.KeyID)
-		h.fail(w, r, s, http.StatusForbidden, "The sign-out was refused: its form did not come from this page.")
-		return
+		h.log.Warn("sign-out refused: missing or wrong CSRF token", "remote", r.RemoteAddr, "key_id", s.KeyID())
+		return h.fail(c, s, http.StatusForbidden, "The sign-out was refused: its form did not come from this page.")
 	}
-	h.sessions.remove(c.Value)
+	h.sessions.remove(sc.Value)
 	http.SetCookie(w, h.cookie(r, sessionCookie, "", 0))
-	h.log.Info("reviewer signed out", "key_id", s.KeyID, "tenant", s.Tenant)
-	redirect(w, r, Prefix+"login")
+	h.log.Info("reviewer signed out", "key_id", s.KeyID(), "tenant", s.Tenant())
+	return redirect(c, Prefix+"login")
 }

@@ -24,6 +24,7 @@ import (
 	"time"
 
 	"github.com/andybalholm/brotli"
+	"github.com/labstack/echo/v4"
 	xhtml "golang.org/x/net/html"
 
 	"github.com/sandboxd/sandboxd/internal/auth"
@@ -54,6 +55,7 @@ var hostileAll = strings.Join(hostile, " ")
 type fixture struct {
 	t     *testing.T
 	h     http.Handler
+	keys  *auth.Keyring
 	log   audit.Log
 	caps  *capture.SQLite
 	clock *clock
@@ -78,14 +80,21 @@ func (c *clock) add(d time.Duration) {
 	c.t = c.t.Add(d)
 }
 
-func keyring(t *testing.T) *auth.Keyring {
-	p := filepath.Join(t.TempDir(), "keys.yaml")
-	if err := os.WriteFile(p, []byte(fmt.Sprintf(`keys:
+// keysFile is the test's keys: agent-1, rev-1, sec-1 and ops-1.
+var keysFile = fmt.Sprintf(`keys:
   - {id: agent-1, tenant: acme, key: %s, roles: [agent]}
   - {id: rev-1, tenant: acme, key: %s, roles: [reviewer]}
   - {id: sec-1, tenant: other, key: %s, roles: [security]}
   - {id: ops-1, tenant: ops, key: %s, roles: [admin]}
-`, keyAgent, keyRev, keySec, keyAdmin)), 0o600); err != nil {
+`, keyAgent, keyRev, keySec, keyAdmin)
+
+func keyring(t *testing.T) *auth.Keyring { return keyringOf(t, keysFile) }
+
+// keyringOf loads a keys file of the given content.
+func keyringOf(t *testing.T, content string) *auth.Keyring {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), "keys.yaml")
+	if err := os.WriteFile(p, []byte(content), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	r, _, err := auth.LoadFile(p)
@@ -170,8 +179,17 @@ func newFixture(t *testing.T) *fixture {
 	f.otherExec = add(&audit.Record{Kind: audit.KindExec, Tenant: "other", KeyID: "x", Session: "sess-1", Subject: "ex_other", Status: "ok",
 		Message: "OTHER_TENANT_RECORD", CaptureIDs: []string{f.otherCap}})
 
-	f.h = New(Config{Audit: log, Captures: caps, Keys: keyring(t), Now: f.clock.now, Origins: []string{origin}})
+	f.keys = keyring(t)
+	f.h = mount(New(Config{Audit: log, Captures: caps, Keys: f.keys, Now: f.clock.now, Origins: []string{origin}}))
 	return f
+}
+
+// mount puts the page's routes on a router of their own at /ui, as the
+// API server does on its own.
+func mount(h *Handler) http.Handler {
+	e := echo.New()
+	h.Register(e.Group("/ui"))
+	return e
 }
 
 // request is one request to the page.
@@ -494,6 +512,69 @@ func TestSessionExpiry(t *testing.T) {
 	}
 }
 
+// TestKeysReloadEndsSessions: every request checks the session's key
+// against the keyring as a reload left it. A key removed, rotated, moved
+// to another tenant or reduced to the agent role ends its sessions: the
+// next page sends the browser to sign in, and the session is gone (it
+// does not come back when the key does). The roles that decide are the
+// current ones.
+func TestKeysReloadEndsSessions(t *testing.T) {
+	for name, edit := range map[string][2]string{
+		"removed":        {"  - {id: rev-1, tenant: acme, key: " + keyRev + ", roles: [reviewer]}\n", ""},
+		"rotated":        {"key: " + keyRev, "key: " + keyRev + "_rotated"},
+		"role reduced":   {"key: " + keyRev + ", roles: [reviewer]", "key: " + keyRev + ", roles: [agent]"},
+		"tenant changed": {"{id: rev-1, tenant: acme", "{id: rev-1, tenant: other"},
+		"id changed":     {"{id: rev-1,", "{id: rev-2,"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			f := newFixture(t)
+			c := f.signIn(keyRev)
+			if b := f.get(c, "/ui/audit", 200); !strings.Contains(b, "fe_1") {
+				t.Fatal("the reviewer's list misses its records before the reload")
+			}
+			changed := strings.Replace(keysFile, edit[0], edit[1], 1)
+			if changed == keysFile {
+				t.Fatalf("the edit %q changes nothing", edit[0])
+			}
+			f.keys.Replace(keyringOf(t, changed))
+			for _, p := range []string{"/ui/audit", "/ui/audit/" + f.acmeExec, "/ui/captures/" + f.acmeExecCap, "/ui/session?id=sess-1"} {
+				rec := f.do(request{path: p, cookies: []*http.Cookie{c}})
+				if rec.Code != http.StatusSeeOther || rec.Header().Get("Location") != "/ui/login?"+(url.Values{"next": {p}}).Encode() ||
+					strings.Contains(rec.Body.String(), "fe_1") || strings.Contains(rec.Body.String(), "print(") {
+					t.Fatalf("GET %s after the reload: %d %q %s", p, rec.Code, rec.Header().Get("Location"), rec.Body)
+				}
+			}
+			// The session is gone, not only refused: it stays ended when
+			// the key is back.
+			f.keys.Replace(keyring(t))
+			if rec := f.do(request{path: "/ui/audit", cookies: []*http.Cookie{c}}); rec.Code != http.StatusSeeOther {
+				t.Fatalf("the ended session came back with the key: %d", rec.Code)
+			}
+			if n := len(f.reads(f.acmeExecCap)); n != 0 {
+				t.Errorf("%d capture reads recorded for refused requests", n)
+			}
+		})
+	}
+
+	// A reload that leaves the key as it was keeps its sessions; the
+	// roles in force are the key's current ones.
+	f := newFixture(t)
+	rev, adm := f.signIn(keyRev), f.signIn(keyAdmin)
+	f.get(adm, "/ui/audit?tenant=other", 200)
+	f.keys.Replace(keyringOf(t, strings.Replace(keysFile, "roles: [admin]", "roles: [security]", 1)+
+		"  - {id: new-1, tenant: acme, key: sbx_new_key_0123456789, roles: [reviewer]}\n"))
+	if b := f.get(rev, "/ui/audit", 200); !strings.Contains(b, "fe_1") {
+		t.Error("the reviewer's session did not survive an unrelated reload")
+	}
+	if b := f.get(adm, "/ui/audit?tenant=other", http.StatusForbidden); strings.Contains(b, "ex_other") {
+		t.Error("a key demoted from admin still reads another tenant")
+	}
+	f.get(adm, "/ui/audit/"+f.otherExec, http.StatusNotFound)
+	if b := f.get(adm, "/ui/audit", 200); strings.Contains(b, "every tenant") {
+		t.Error("the page still says the demoted key sees every tenant")
+	}
+}
+
 func TestTenantScoping(t *testing.T) {
 	f := newFixture(t)
 	rev := f.signIn(keyRev) // acme
@@ -676,6 +757,54 @@ func TestEveryResponseHasHeaders(t *testing.T) {
 	}
 }
 
+// TestRoutes: what every path and method under /ui answers, signed in or
+// not: the page's own 404 for what it does not serve, redirects to the
+// clean path, and paths matched segment by segment after unescaping.
+func TestRoutes(t *testing.T) {
+	f := newFixture(t)
+	rev := f.signIn(keyRev)
+	for _, tc := range []struct {
+		method, path string
+		signedIn     bool
+		code         int
+		location     string // or what the page says
+	}{
+		{"GET", "/ui", false, http.StatusSeeOther, "/ui/"},
+		{"HEAD", "/ui?x=1", false, http.StatusSeeOther, "/ui/"},
+		{"POST", "/ui?x=1", false, http.StatusTemporaryRedirect, "/ui/?x=1"},
+		{"GET", "/ui/", true, http.StatusSeeOther, "/ui/audit"},
+		{"HEAD", "/ui/login", false, http.StatusOK, ""},
+		{"DELETE", "/ui/audit", true, http.StatusNotFound, "There is no such page."},
+		{"POST", "/ui/nowhere", false, http.StatusNotFound, "There is no such page."},
+		{"OPTIONS", "/ui/login", false, http.StatusNotFound, "There is no such page."},
+		{"GET", "/ui/logout", true, http.StatusNotFound, "There is no such page."},
+		{"GET", "/ui/audit/" + f.acmeExec + "/", true, http.StatusNotFound, "There is no such page."},
+		{"GET", "/ui/audit/x/y", false, http.StatusNotFound, "There is no such page."},
+		{"GET", "/ui/captures/x/y", true, http.StatusNotFound, "There is no such page."},
+		{"GET", "/ui//audit?kind=exec", true, http.StatusTemporaryRedirect, "/ui/audit?kind=exec"},
+		{"POST", "/ui/captures/./part", false, http.StatusTemporaryRedirect, "/ui/captures/part"},
+		{"GET", "/ui/audit/..", true, http.StatusTemporaryRedirect, "/ui"},
+		{"POST", "/ui/audit/..", true, http.StatusTemporaryRedirect, "/ui/"},
+		{"GET", "/ui/%2e%2e/healthz", true, http.StatusNotFound, "There is no such page."},
+		{"GET", "/ui/%61udit", false, http.StatusSeeOther, "/ui/login?next=%2Fui%2F%2561udit"},
+		{"GET", "/ui/%61udit", true, http.StatusOK, ""},
+		{"GET", "/ui/audit/a%2Fb", true, http.StatusNotFound, "No audit record &#34;a/b&#34;"},
+		{"GET", "/ui/audit/a%25b", true, http.StatusNotFound, "No audit record &#34;a%b&#34;"},
+		{"GET", "/ui/audit/%61%2Fb", true, http.StatusNotFound, "No audit record &#34;a/b&#34;"},
+		{"GET", "/ui/%61udit/a%2Fb", true, http.StatusNotFound, "No audit record &#34;a/b&#34;"},
+	} {
+		rq := request{method: tc.method, path: tc.path}
+		if tc.signedIn {
+			rq.cookies = []*http.Cookie{rev}
+		}
+		rec := f.do(rq)
+		got := rec.Header().Get("Location")
+		if rec.Code != tc.code || got != tc.location && !strings.Contains(rec.Body.String(), tc.location) {
+			t.Errorf("%s %s (signed in %v): %d %q, want %d %q", tc.method, tc.path, tc.signedIn, rec.Code, got, tc.code, tc.location)
+		}
+	}
+}
+
 func mustPart(t *testing.T, f *fixture, id, name string) []byte {
 	c, err := f.caps.Get(context.Background(), id)
 	if err != nil {
@@ -848,7 +977,7 @@ func TestCaptureReadsAreAudited(t *testing.T) {
 		t.Errorf("a refused read was recorded as a read: %d", n)
 	}
 
-	f.h = New(Config{Audit: failingAudit{f.log}, Captures: f.caps, Keys: keyring(t), Now: f.clock.now, Origins: []string{origin}})
+	f.h = mount(New(Config{Audit: failingAudit{f.log}, Captures: f.caps, Keys: keyring(t), Now: f.clock.now, Origins: []string{origin}}))
 	rev = f.signIn(keyRev)
 	code := string(mustPart(t, f, f.acmeExecCap, "code"))
 	for _, p := range []string{"/ui/captures/" + f.acmeExecCap, "/ui/captures/" + f.acmeExecCap + "/part?name=code"} {

@@ -14,6 +14,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/labstack/echo/v4"
+
 	"github.com/sandboxd/sandboxd/internal/forensics/audit"
 	"github.com/sandboxd/sandboxd/internal/forensics/capture"
 )
@@ -57,6 +59,11 @@ type userError struct {
 
 func (e *userError) Error() string { return e.msg }
 
+// otherTenant refuses a search of another tenant than the session's.
+func otherTenant(s *session) error {
+	return &userError{status: http.StatusForbidden, msg: fmt.Sprintf("Key %s may read the audit records of tenant %s only.", s.KeyID(), s.Tenant())}
+}
+
 func badRequest(format string, a ...any) error {
 	return &userError{status: http.StatusBadRequest, msg: fmt.Sprintf(format, a...)}
 }
@@ -77,20 +84,20 @@ func parseTime(v string) (time.Time, bool) {
 // formatLocal writes t as a datetime-local input's value (UTC).
 func formatLocal(t time.Time) string { return t.UTC().Format("2006-01-02T15:04:05") }
 
-// auditFilter reads the search form with the JSON API's rules: a reviewer
-// or security key reads its own tenant only; an admin any tenant.
+// auditFilter reads the search form with the JSON API's rules (the key's
+// Scope): a reviewer or security key reads its own tenant only; an admin
+// any tenant.
 func auditFilter(q url.Values, s *session) (audit.Filter, auditForm, error) {
 	get := func(n string) string { return strings.TrimSpace(q.Get(n)) }
 	form := auditForm{Tenant: get("tenant"), Kind: get("kind"), Status: get("status"), Profile: get("profile"), Session: get("session"),
 		CodeSHA256: get("code_sha256"), Host: get("host"), Subject: get("subject"), Since: get("since"), Until: get("until"), Limit: defaultLimit}
 	f := audit.Filter{Tenant: form.Tenant, Kind: form.Kind, Status: form.Status, Profile: form.Profile, Session: form.Session,
 		CodeSHA256: form.CodeSHA256, Host: form.Host, Subject: form.Subject, Cursor: get("cursor")}
-	if !s.Admin() {
-		if f.Tenant != "" && f.Tenant != s.Tenant {
-			return f, form, &userError{status: http.StatusForbidden, msg: fmt.Sprintf("Key %s may read the audit records of tenant %s only.", s.KeyID, s.Tenant)}
-		}
-		f.Tenant, form.Tenant = s.Tenant, s.Tenant
+	scoped, ok := s.key.Scope(f.Tenant)
+	if !ok {
+		return f, form, otherTenant(s)
 	}
+	f.Tenant, form.Tenant = scoped, scoped
 	if f.CodeSHA256 != "" && !sha256Pattern.MatchString(f.CodeSHA256) {
 		return f, form, badRequest("Code sha256 must be 64 hex digits.")
 	}
@@ -154,8 +161,9 @@ func (f auditForm) query(admin bool, cursor string) string {
 	return Prefix + "audit?" + v.Encode()
 }
 
-func (h *handler) auditList(w http.ResponseWriter, r *http.Request, s *session) {
-	d := auditData{Admin: s.Admin(), Tenant: s.Tenant, Kinds: kinds, Limits: limits}
+func (h *Handler) auditList(c echo.Context, s *session) error {
+	r := c.Request()
+	d := auditData{Admin: s.Admin(), Tenant: s.Tenant(), Kinds: kinds, Limits: limits}
 	f, form, err := auditFilter(r.URL.Query(), s)
 	d.Form = form
 	if err != nil {
@@ -165,15 +173,13 @@ func (h *handler) auditList(w http.ResponseWriter, r *http.Request, s *session) 
 			status = ue.status
 		}
 		d.Error = err.Error()
-		h.render(w, r, status, "audit", page{Title: "Audit log", Session: s, Data: d})
-		return
+		return h.render(c, status, "audit", page{Title: "Audit log", Session: s, Data: d})
 	}
 	recs, next, err := h.cfg.Audit.Query(r.Context(), f)
 	if err != nil {
 		h.log.Error("querying the audit log failed", "err", err)
 		d.Error = "The audit log could not be read; the log says why."
-		h.render(w, r, http.StatusInternalServerError, "audit", page{Title: "Audit log", Session: s, Data: d})
-		return
+		return h.render(c, http.StatusInternalServerError, "audit", page{Title: "Audit log", Session: s, Data: d})
 	}
 	d.Records = recs
 	if f.Cursor != "" {
@@ -182,7 +188,7 @@ func (h *handler) auditList(w http.ResponseWriter, r *http.Request, s *session) 
 	if next != "" {
 		d.Older = form.query(d.Admin, next)
 	}
-	h.render(w, r, http.StatusOK, "audit", page{Title: "Audit log", Session: s, Data: d})
+	return h.render(c, http.StatusOK, "audit", page{Title: "Audit log", Session: s, Data: d})
 }
 
 // ---- one record ----
@@ -195,10 +201,10 @@ type recordData struct {
 }
 
 // visibleRecord loads a record the session may see.
-func (h *handler) visibleRecord(r *http.Request, s *session, id string) (*audit.Record, error) {
+func (h *Handler) visibleRecord(r *http.Request, s *session, id string) (*audit.Record, error) {
 	rec, err := h.cfg.Audit.Get(r.Context(), id)
-	if errors.Is(err, audit.ErrNotFound) || err == nil && !s.Admin() && rec.Tenant != s.Tenant {
-		return nil, &userError{status: http.StatusNotFound, msg: fmt.Sprintf("No audit record %q is visible to key %s.", id, s.KeyID)}
+	if errors.Is(err, audit.ErrNotFound) || err == nil && !s.key.CanSee(rec.Tenant) {
+		return nil, &userError{status: http.StatusNotFound, msg: fmt.Sprintf("No audit record %q is visible to key %s.", id, s.KeyID())}
 	}
 	if err != nil {
 		h.log.Error("reading an audit record failed", "id", id, "err", err)
@@ -208,13 +214,13 @@ func (h *handler) visibleRecord(r *http.Request, s *session, id string) (*audit.
 }
 
 // visibleCapture loads a capture the session may see.
-func (h *handler) visibleCapture(r *http.Request, s *session, id string) (*capture.Capture, error) {
+func (h *Handler) visibleCapture(r *http.Request, s *session, id string) (*capture.Capture, error) {
 	if h.cfg.Captures == nil {
 		return nil, &userError{status: http.StatusServiceUnavailable, msg: "No capture store is configured."}
 	}
 	c, err := h.cfg.Captures.Get(r.Context(), id)
-	if errors.Is(err, capture.ErrNotFound) || err == nil && !s.Admin() && c.Tenant != s.Tenant {
-		return nil, &userError{status: http.StatusNotFound, msg: fmt.Sprintf("No capture %q is visible to key %s (it may have been deleted when its retention ended).", id, s.KeyID)}
+	if errors.Is(err, capture.ErrNotFound) || err == nil && !s.key.CanSee(c.Tenant) {
+		return nil, &userError{status: http.StatusNotFound, msg: fmt.Sprintf("No capture %q is visible to key %s (it may have been deleted when its retention ended).", id, s.KeyID())}
 	}
 	if err != nil {
 		h.log.Error("reading a capture failed", "capture_id", id, "err", err)
@@ -227,7 +233,7 @@ func (h *handler) visibleCapture(r *http.Request, s *session, id string) (*captu
 // capture_read record (action view, or download with the part) before any
 // of its content is shown, as the JSON API does; when the record cannot be
 // written the content is not shown.
-func (h *handler) readCapture(r *http.Request, s *session, id, action, part string) (*capture.Capture, error) {
+func (h *Handler) readCapture(r *http.Request, s *session, id, action, part string) (*capture.Capture, error) {
 	c, err := h.visibleCapture(r, s, id)
 	if err != nil {
 		return nil, err
@@ -239,8 +245,8 @@ func (h *handler) readCapture(r *http.Request, s *session, id, action, part stri
 }
 
 // recordRead appends the capture_read record of c (see readCapture).
-func (h *handler) recordRead(r *http.Request, s *session, c *capture.Capture, action, part string) error {
-	rec := audit.CaptureRead{CaptureID: c.ID, CaptureTenant: c.Tenant, CaptureKind: c.Kind, KeyID: s.KeyID, ReaderTenant: s.Tenant,
+func (h *Handler) recordRead(r *http.Request, s *session, c *capture.Capture, action, part string) error {
+	rec := audit.CaptureRead{CaptureID: c.ID, CaptureTenant: c.Tenant, CaptureKind: c.Kind, KeyID: s.KeyID(), ReaderTenant: s.Tenant(),
 		Via: "ui", Action: action, Part: part}.Record()
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), 30*time.Second)
 	defer cancel()
@@ -251,86 +257,80 @@ func (h *handler) recordRead(r *http.Request, s *session, c *capture.Capture, ac
 	return nil
 }
 
-func (h *handler) showError(w http.ResponseWriter, r *http.Request, s *session, err error) {
+func (h *Handler) showError(c echo.Context, s *session, err error) error {
 	var ue *userError
 	if errors.As(err, &ue) {
-		h.fail(w, r, s, ue.status, ue.msg)
-		return
+		return h.fail(c, s, ue.status, ue.msg)
 	}
-	h.fail(w, r, s, http.StatusInternalServerError, err.Error())
+	return h.fail(c, s, http.StatusInternalServerError, err.Error())
 }
 
-func (h *handler) auditRecord(w http.ResponseWriter, r *http.Request, s *session) {
-	rec, err := h.visibleRecord(r, s, r.PathValue("id"))
+func (h *Handler) auditRecord(c echo.Context, s *session) error {
+	r := c.Request()
+	rec, err := h.visibleRecord(r, s, param(c, "id"))
 	if err != nil {
-		h.showError(w, r, s, err)
-		return
+		return h.showError(c, s, err)
 	}
 	d := recordData{R: rec}
 	for _, id := range rec.CaptureIDs {
-		c, err := h.readCapture(r, s, id, "view", "")
+		cp, err := h.readCapture(r, s, id, "view", "")
 		if err != nil {
 			d.Missing = append(d.Missing, err.Error())
 			continue
 		}
-		d.Captures = append(d.Captures, viewCapture(c))
+		d.Captures = append(d.Captures, viewCapture(cp))
 	}
-	h.render(w, r, http.StatusOK, "record", page{Title: "Record " + rec.ID, Session: s, Data: d})
+	return h.render(c, http.StatusOK, "record", page{Title: "Record " + rec.ID, Session: s, Data: d})
 }
 
 // ---- captures ----
 
-func (h *handler) captureView(w http.ResponseWriter, r *http.Request, s *session) {
-	c, err := h.readCapture(r, s, r.PathValue("id"), "view", "")
+func (h *Handler) captureView(c echo.Context, s *session) error {
+	r := c.Request()
+	cp, err := h.readCapture(r, s, param(c, "id"), "view", "")
 	if err != nil {
-		h.showError(w, r, s, err)
-		return
+		return h.showError(c, s, err)
 	}
 	// The records that name this capture (one, as a rule), for the way back.
 	var recs []audit.Record
-	if subj := cmp.Or(c.Meta["fetch_id"], c.Meta["exec_id"]); subj != "" {
-		f := audit.Filter{Subject: subj, Limit: 20}
-		if !s.Admin() {
-			f.Tenant = s.Tenant
-		}
-		recs, _, _ = h.cfg.Audit.Query(r.Context(), f)
+	if subj := cmp.Or(cp.Meta["fetch_id"], cp.Meta["exec_id"]); subj != "" {
+		tenant, _ := s.key.Scope("")
+		recs, _, _ = h.cfg.Audit.Query(r.Context(), audit.Filter{Subject: subj, Tenant: tenant, Limit: 20})
 	}
-	recs = slices.DeleteFunc(recs, func(rec audit.Record) bool { return !slices.Contains(rec.CaptureIDs, c.ID) })
-	h.render(w, r, http.StatusOK, "capture", page{Title: "Capture " + c.ID, Session: s, Data: struct {
+	recs = slices.DeleteFunc(recs, func(rec audit.Record) bool { return !slices.Contains(rec.CaptureIDs, cp.ID) })
+	return h.render(c, http.StatusOK, "capture", page{Title: "Capture " + cp.ID, Session: s, Data: struct {
 		C       *captureData
 		Records []audit.Record
-	}{viewCapture(c), recs}})
+	}{viewCapture(cp), recs}})
 }
 
 // capturePart sends one part's bytes as a download that never renders, as
 // GET /captures/{id}/raw does.
-func (h *handler) capturePart(w http.ResponseWriter, r *http.Request, s *session) {
-	c, err := h.visibleCapture(r, s, r.PathValue("id"))
+func (h *Handler) capturePart(c echo.Context, s *session) error {
+	w, r := c.Response(), c.Request()
+	cp, err := h.visibleCapture(r, s, param(c, "id"))
 	if err != nil {
-		h.showError(w, r, s, err)
-		return
+		return h.showError(c, s, err)
 	}
 	name := r.URL.Query().Get("name")
-	p := c.Part(name)
+	p := cp.Part(name)
 	if p == nil {
-		h.fail(w, r, s, http.StatusNotFound, fmt.Sprintf("Capture %s has no part %q.", c.ID, name))
-		return
+		return h.fail(c, s, http.StatusNotFound, fmt.Sprintf("Capture %s has no part %q.", cp.ID, name))
 	}
-	if c.Erased != nil {
-		h.fail(w, r, s, http.StatusGone, fmt.Sprintf("Capture %s was erased at %s by %s.", c.ID, c.Erased.At.UTC().Format(time.RFC3339), c.Erased.By))
-		return
+	if cp.Erased != nil {
+		return h.fail(c, s, http.StatusGone, fmt.Sprintf("Capture %s was erased at %s by %s.", cp.ID, cp.Erased.At.UTC().Format(time.RFC3339), cp.Erased.By))
 	}
-	if err := h.recordRead(r, s, c, "download", p.Name); err != nil {
-		h.showError(w, r, s, err)
-		return
+	if err := h.recordRead(r, s, cp, "download", p.Name); err != nil {
+		return h.showError(c, s, err)
 	}
 	hd := w.Header()
 	hd.Set("Content-Security-Policy", CSP+"; sandbox")
 	hd.Set("Content-Type", "application/octet-stream")
-	hd.Set("Content-Disposition", fmt.Sprintf(`attachment; filename="%s-%s.bin"`, c.ID, p.Name))
+	hd.Set("Content-Disposition", fmt.Sprintf(`attachment; filename="%s-%s.bin"`, cp.ID, p.Name))
 	hd.Set("Content-Length", strconv.Itoa(len(p.Data)))
-	h.log.Info("capture part downloaded", "capture_id", c.ID, "part", p.Name, "key_id", s.KeyID)
+	h.log.Info("capture part downloaded", "capture_id", cp.ID, "part", p.Name, "key_id", s.KeyID())
 	_, _ = w.Write(p.Data)
+	return nil
 }
 
 // captureData is a capture prepared for display.
@@ -453,19 +453,16 @@ type timelineData struct {
 	Error string
 }
 
-func (h *handler) sessionTimeline(w http.ResponseWriter, r *http.Request, s *session) {
+func (h *Handler) sessionTimeline(c echo.Context, s *session) error {
+	r := c.Request()
 	q := r.URL.Query()
-	d := timelineData{Session: q.Get("id"), Tenant: q.Get("tenant"), Admin: s.Admin()}
+	d := timelineData{Session: q.Get("id"), Admin: s.Admin()}
 	if d.Session == "" {
-		h.fail(w, r, s, http.StatusBadRequest, "Name a session: /ui/session?id=SESSION.")
-		return
+		return h.fail(c, s, http.StatusBadRequest, "Name a session: /ui/session?id=SESSION.")
 	}
-	if !d.Admin {
-		if d.Tenant != "" && d.Tenant != s.Tenant {
-			h.fail(w, r, s, http.StatusForbidden, fmt.Sprintf("Key %s may read the audit records of tenant %s only.", s.KeyID, s.Tenant))
-			return
-		}
-		d.Tenant = s.Tenant
+	var ok bool
+	if d.Tenant, ok = s.key.Scope(q.Get("tenant")); !ok {
+		return h.showError(c, s, otherTenant(s))
 	}
 	f := audit.Filter{Tenant: d.Tenant, Session: d.Session, Limit: audit.MaxLimit}
 	var recs []audit.Record
@@ -473,8 +470,7 @@ func (h *handler) sessionTimeline(w http.ResponseWriter, r *http.Request, s *ses
 		page, next, err := h.cfg.Audit.Query(r.Context(), f)
 		if err != nil {
 			h.log.Error("querying the audit log failed", "err", err)
-			h.fail(w, r, s, http.StatusInternalServerError, "The audit log could not be read; the log says why.")
-			return
+			return h.fail(c, s, http.StatusInternalServerError, "The audit log could not be read; the log says why.")
 		}
 		recs = append(recs, page...)
 		if next == "" {
@@ -495,5 +491,5 @@ func (h *handler) sessionTimeline(w http.ResponseWriter, r *http.Request, s *ses
 	for _, rec := range recs {
 		d.Entries = append(d.Entries, timelineEntry{Record: rec, Offset: rec.Time.Sub(recs[0].Time)})
 	}
-	h.render(w, r, http.StatusOK, "session", page{Title: "Session " + d.Session, Session: s, Data: d})
+	return h.render(c, http.StatusOK, "session", page{Title: "Session " + d.Session, Session: s, Data: d})
 }
