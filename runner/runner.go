@@ -16,6 +16,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	cerrdefs "github.com/containerd/errdefs"
@@ -560,7 +561,11 @@ wait:
 		}
 	}
 	stoppedAt = time.Now()
+	var used cgroupUse
 	if stopped != "" {
+		// The launcher reports no usage for a run stopped from outside:
+		// the engine's accounting says what the container used.
+		used = r.containerUse(cid)
 		r.kill(cid)
 		hj.Close()
 		readErr = <-readDone
@@ -586,10 +591,14 @@ wait:
 	case stopped == StatusTimeout:
 		res.Status = StatusTimeout
 		res.Duration = stoppedAt.Sub(ranFrom)
+		res.ExitCode, res.Signal = 128+int(syscall.SIGKILL), "SIGKILL"
+		used.fill(res)
 		res.Message = fmt.Sprintf("the code ran past the %d ms wall-time limit and was killed", spec.Limits.TimeoutMS)
 	case stopped == StatusKilled:
 		res.Status = StatusKilled
 		res.Message = "the run was stopped before it finished: " + context.Cause(ctx).Error()
+		res.ExitCode, res.Signal = 128+int(syscall.SIGKILL), "SIGKILL"
+		used.fill(res)
 	case col.exited && col.exit.Error != "":
 		return nil, fmt.Errorf("%w: %s", ErrLauncher, col.exit.Error)
 	case col.exited:
@@ -682,22 +691,52 @@ func (r *Runner) kill(cid string) {
 	}
 }
 
-// containerCPU returns the CPU time (ms) the container has used, as the
-// engine's cgroup accounting says, or -1 when the engine cannot say (the
-// container is gone, the engine does not answer within 3 s).
-func (r *Runner) containerCPU(cid string) int64 {
+// cgroupUse is what the engine's cgroup accounting says a container used.
+type cgroupUse struct {
+	ok             bool
+	user, sys, cpu time.Duration
+	maxMemory      uint64 // bytes
+}
+
+// fill puts the use into a result whose launcher reported none.
+func (u cgroupUse) fill(res *Result) {
+	if !u.ok || res.UserCPU+res.SysCPU > 0 {
+		return
+	}
+	res.UserCPU, res.SysCPU = u.user, u.sys
+	if res.MaxRSSKB == 0 {
+		res.MaxRSSKB = int64(u.maxMemory >> 10)
+	}
+}
+
+// containerUse asks the engine what the container has used; ok is false
+// when it cannot say (the container is gone, the engine does not answer
+// within 3 s).
+func (r *Runner) containerUse(cid string) cgroupUse {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
 	defer cancel()
 	st, err := r.cli.ContainerStatsOneShot(ctx, cid)
 	if err != nil {
-		return -1
+		return cgroupUse{}
 	}
 	defer st.Body.Close()
 	var s container.StatsResponse
 	if err := json.NewDecoder(st.Body).Decode(&s); err != nil || s.CPUStats.CPUUsage.TotalUsage == 0 {
+		return cgroupUse{}
+	}
+	c := s.CPUStats.CPUUsage
+	return cgroupUse{ok: true, user: time.Duration(c.UsageInUsermode), sys: time.Duration(c.UsageInKernelmode),
+		cpu: time.Duration(c.TotalUsage), maxMemory: s.MemoryStats.MaxUsage}
+}
+
+// containerCPU returns the CPU time (ms) the container has used, or -1
+// when the engine cannot say.
+func (r *Runner) containerCPU(cid string) int64 {
+	u := r.containerUse(cid)
+	if !u.ok {
 		return -1
 	}
-	return int64(s.CPUStats.CPUUsage.TotalUsage / uint64(time.Millisecond))
+	return u.cpu.Milliseconds()
 }
 
 // removeLater removes the container off the request path. Close waits for

@@ -95,7 +95,8 @@ func (f *Flow) admitAndRun(ctx context.Context, j *Job) *control.Answer {
 		f.End(live)
 		return a
 	}
-	now := time.Now().UTC()
+	// One creation time for the 202, the live state and the stored one.
+	now := live.created
 	rec := &store.ExecRecord{ID: j.ID, Tenant: tenant, KeyID: j.Key.ID, Session: j.Session, State: store.ExecQueued,
 		Owner: p.Owner(), CreatedAt: now, ExpiresAt: now.Add(p.AsyncTTL())}
 	rec.Body, _ = json.Marshal(&api.ExecState{ID: j.ID, Status: stateQueued, CreatedAt: now})
@@ -107,7 +108,7 @@ func (f *Flow) admitAndRun(ctx context.Context, j *Job) *control.Answer {
 	}
 	go func() {
 		a := f.audit(j, f.run(live, j))
-		f.saveAsync(j, rec, a)
+		f.saveAsync(j, rec, a, live.startedAt())
 		f.End(live) // after the result is stored: shutdown waits for it
 	}()
 	st := &api.ExecState{ID: j.ID, Status: stateQueued, CreatedAt: now}
@@ -241,10 +242,14 @@ func (f *Flow) resultAnswer(j *Job, res *runner.Result) *control.Answer {
 }
 
 // saveAsync stores an async exec's final state.
-func (f *Flow) saveAsync(j *Job, rec *store.ExecRecord, a *control.Answer) {
+// started is when it got its run slot (zero: it never did).
+func (f *Flow) saveAsync(j *Job, rec *store.ExecRecord, a *control.Answer, started time.Time) {
 	st := &api.ExecState{ID: j.ID, CreatedAt: rec.CreatedAt}
 	now := time.Now().UTC()
 	st.FinishedAt = &now
+	if !started.IsZero() {
+		st.StartedAt = &started
+	}
 	switch {
 	case a.Resp != nil:
 		st.Status, st.Result = a.Resp.Status, a.Resp

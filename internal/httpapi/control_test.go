@@ -669,3 +669,30 @@ func TestMetricsAndTrace(t *testing.T) {
 		}
 	}
 }
+
+// An async exec's times are one: created_at is the same in the 202, while
+// it runs and after it ended, and started_at stays once it ended (issue
+// 16, item 11).
+func TestAsyncTimesAreKept(t *testing.T) {
+	f := newCtl(t, "", time.Second)
+	f.eng.block = make(chan struct{})
+	r := f.exec(`{"language":"python","code":"print(1)","async":true}`)
+	id, _ := r.body["id"].(string)
+	created := r.body["created_at"]
+	f.waitRunning(1)
+	g := f.getExec(id, keyAgent)
+	started := g.body["started_at"]
+	if g.body["created_at"] != created || started == nil {
+		t.Fatalf("while running: %s (202: %v)", g.raw, created)
+	}
+	close(f.eng.block)
+	for i := 0; i < 500; i++ {
+		if g = f.getExec(id, keyAgent); g.body["status"] == "ok" {
+			break
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+	if g.body["status"] != "ok" || g.body["created_at"] != created || g.body["started_at"] != started || g.body["finished_at"] == nil {
+		t.Fatalf("after the end: %s (202 created_at %v, started_at %v)", g.raw, created, started)
+	}
+}
