@@ -69,6 +69,10 @@ var removedSyscalls = []string{
 	// Multiplexed socket calls (32-bit x86): seccomp cannot see the real
 	// call's arguments, so it would bypass the socket family filter below.
 	"socketcall",
+	// Anonymous files in memory: with execve("/proc/self/fd/N") they run
+	// any native binary on a noexec system (how escape tools are dropped);
+	// Python and its libraries do not need them.
+	"memfd_create", "memfd_secret",
 }
 
 // allowedSocketFamilies are the address families socket(2) may create:
@@ -80,7 +84,7 @@ var allowedSocketFamilies = []uint64{10, 16}
 var socketComments = map[uint64]string{
 	3:  "socket families below 3: AF_UNSPEC, AF_UNIX, AF_INET",
 	10: "socket family AF_INET6",
-	16: "socket family AF_NETLINK (glibc getaddrinfo, if_nameindex)",
+	16: "socket family AF_NETLINK, protocol NETLINK_ROUTE only (glibc getaddrinfo, if_nameindex); audit, netfilter, xfrm and the rest are denied",
 }
 
 // networkSeccompFile is default.json plus IPv4 and IPv6 sockets, for exec
@@ -169,6 +173,10 @@ func buildNetworkSeccomp(t testing.TB) *mobyseccomp.Seccomp {
 			r.Comment = "only the default persona values"
 		case slices.Equal(r.Names, []string{"socket"}):
 			r.Comment = socketComments[r.Args[0].Value]
+			if r.Args[0].Op == specs.OpEqualTo && r.Args[0].Value == 16 {
+				// protocol (the third argument) NETLINK_ROUTE (0).
+				r.Args = append(r.Args, specs.LinuxSeccompArg{Index: 2, Value: 0, Op: specs.OpEqualTo})
+			}
 		}
 		rules = append(rules, r)
 	}
@@ -362,6 +370,7 @@ func TestDefaultSeccompDeniesDangerousSyscalls(t *testing.T) {
 		"fsopen", "fsconfig", "fsmount", "fspick", "move_mount", "open_tree", "mount_setattr",
 		"sethostname", "setdomainname", "vhangup", "kcmp", "pidfd_getfd", "process_madvise",
 		"modify_ldt", "socketcall", "nfsservctl", "uselib", "create_module", "get_kernel_syms",
+		"memfd_create", "memfd_secret",
 	}
 	for i, r := range p.Syscalls {
 		if r.Action != specs.ActAllow {
@@ -487,9 +496,13 @@ func socketFamilies(t *testing.T, p *mobyseccomp.Seccomp) []string {
 		if !slices.Contains(r.Names, "socket") {
 			continue
 		}
-		if len(r.Names) != 1 || len(r.Args) != 1 || r.Args[0].Index != 0 {
-			t.Errorf("socket allowed by rule %v with args %+v; want one family per rule", r.Names, r.Args)
+		netlink := len(r.Args) == 2 && r.Args[0].Value == 16 && r.Args[1] == specs.LinuxSeccompArg{Index: 2, Value: 0, Op: specs.OpEqualTo}
+		if len(r.Names) != 1 || (len(r.Args) != 1 && !netlink) || r.Args[0].Index != 0 {
+			t.Errorf("socket allowed by rule %v with args %+v; want one family per rule (AF_NETLINK with protocol NETLINK_ROUTE only)", r.Names, r.Args)
 			continue
+		}
+		if r.Args[0].Value == 16 && !netlink {
+			t.Errorf("AF_NETLINK allowed for every protocol; want NETLINK_ROUTE (0) only")
 		}
 		families = append(families, string(r.Args[0].Op)+" "+jsonNumber(r.Args[0].Value))
 	}
@@ -517,7 +530,7 @@ func TestDefaultSeccompKeepsPythonEssentials(t *testing.T) {
 		"read", "write", "openat", "close", "mmap", "mprotect", "munmap", "brk", "futex",
 		"rt_sigaction", "rt_sigprocmask", "execve", "exit_group", "wait4", "vfork", "fork",
 		"pipe2", "dup3", "getrandom", "set_robust_list", "rseq", "prlimit64", "newfstatat",
-		"statx", "getdents64", "sched_getaffinity", "arch_prctl", "socketpair", "memfd_create",
+		"statx", "getdents64", "sched_getaffinity", "arch_prctl", "socketpair",
 	} {
 		if !allowed[n] {
 			t.Errorf("%s is not allowed; Python needs it", n)

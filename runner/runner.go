@@ -298,6 +298,7 @@ func createOptions(spec *Spec, imageID, instance string, en *EgressNet) (*contai
 		},
 		CapDrop:     []string{"ALL"},
 		SecurityOpt: []string{"no-new-privileges:true", "seccomp=" + string(p.SeccompJSON)},
+		MaskedPaths: maskedPaths,
 		// No docker-init: the launcher is the container's init (pid 1), so no
 		// other process holds its report stream, it reaps every orphan, and
 		// when it exits the kernel kills everything left in the container.
@@ -323,6 +324,20 @@ func createOptions(spec *Spec, imageID, instance string, en *EgressNet) (*contai
 	}
 	hc.Mounts = append(hc.Mounts, datasetMounts(spec, instance)...)
 	return cfg, hc, nil
+}
+
+// maskedPaths are hidden from the sandbox (the engine mounts /dev/null or
+// an empty read-only tmpfs over them): the engine's own defaults, and the
+// host-wide facts a sandbox has no use for: the host kernel's command line,
+// its CPU and interrupt counters, load and memory fragmentation. A list
+// replaces the engine's, so its defaults are repeated here.
+var maskedPaths = []string{
+	// The engine's defaults (moby's oci.DefaultSpec).
+	"/proc/asound", "/proc/acpi", "/proc/kcore", "/proc/keys", "/proc/latency_stats", "/proc/timer_list",
+	"/proc/timer_stats", "/proc/sched_debug", "/proc/scsi", "/sys/firmware", "/sys/devices/virtual/powercap",
+	// Host-wide facts.
+	"/proc/cmdline", "/proc/stat", "/proc/loadavg", "/proc/interrupts", "/proc/softirqs", "/proc/buddyinfo",
+	"/proc/pagetypeinfo", "/proc/zoneinfo", "/proc/schedstat", "/proc/diskstats", "/proc/vmallocinfo", "/proc/slabinfo",
 }
 
 func egressUnavailable(p *profiles.Exec) error {

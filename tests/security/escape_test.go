@@ -643,7 +643,7 @@ func afterTable(t *testing.T, prof string, hl *hostListener) {
 
 func allAttacks() []attack {
 	var all []attack
-	for _, set := range [][]attack{syscallAttacks(), netAttacks(), fsAttacks(), limitAttacks(), outputAttacks(), secretAttacks()} {
+	for _, set := range [][]attack{syscallAttacks(), netAttacks(), fsAttacks(), limitAttacks(), outputAttacks(), secretAttacks(), kernelAttacks()} {
 		all = append(all, set...)
 	}
 	return all
