@@ -19,6 +19,7 @@ import (
 	"net/netip"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -184,6 +185,96 @@ func fieldErr(path, format string, args ...any) *FieldError {
 	return &FieldError{Path: path, Msg: fmt.Sprintf(format, args...)}
 }
 
+// FieldErrors is every problem Compile found in a profile, in the order of
+// its fields. errors.As finds its first *FieldError.
+type FieldErrors []*FieldError
+
+// Error returns the problems, one per line.
+func (es FieldErrors) Error() string {
+	lines := make([]string, len(es))
+	for i, e := range es {
+		lines[i] = e.Error()
+	}
+	return strings.Join(lines, "\n")
+}
+
+// Unwrap returns the problems, for errors.As.
+func (es FieldErrors) Unwrap() []error {
+	out := make([]error, len(es))
+	for i, e := range es {
+		out[i] = e
+	}
+	return out
+}
+
+// add records a problem.
+func (es *FieldErrors) add(path, format string, args ...any) {
+	*es = append(*es, fieldErr(path, format, args...))
+}
+
+// numberField is the allowed range of one numeric or duration field.
+type numberField struct {
+	path     string
+	min, max int64
+	// text is the range in words.
+	text string
+	get  func(*Profile) int64
+}
+
+// numberFields lists every numeric and duration field with its range, in
+// file order.
+var numberFields = []numberField{
+	{"max_response_bytes", MinResponseBytes, MaxResponseBytes, "1 to 1073741824 bytes (1 GiB)", func(p *Profile) int64 { return p.MaxResponseBytes }},
+	{"max_request_bytes", MinRequestBytes, MaxRequestBytes, "0 (no request bodies) to 1073741824 bytes (1 GiB)", func(p *Profile) int64 { return p.MaxRequestBytes }},
+	{"connect_timeout", int64(MinConnectTimeout), int64(MaxConnectTimeout), "100ms to 1m", func(p *Profile) int64 { return int64(p.ConnectTimeout) }},
+	{"total_timeout", int64(MinTotalTimeout), int64(MaxTotalTimeout), "1s to 1h", func(p *Profile) int64 { return int64(p.TotalTimeout) }},
+	{"requests_per_minute", MinRequestsPerMinute, MaxRequestsPerMinute, "1 to 100000", func(p *Profile) int64 { return int64(p.RequestsPerMinute) }},
+	{"capture_retention_days", 0, 3650, "0 (keep until erased) to 3650 days", func(p *Profile) int64 { return p.CaptureRetentionDays }},
+}
+
+// FieldRange returns the allowed range of a numeric or duration field of
+// a profile in words ("1 to 1073741824 bytes (1 GiB)", "100ms to 1m"), by
+// its YAML path without list indices ("max_response_bytes",
+// "allow.ports"), or "" for a field that has none.
+func FieldRange(path string) string {
+	switch path {
+	case "allow.ports", "deny.ports":
+		return "1 to 65535"
+	}
+	for _, f := range numberFields {
+		if f.path == path {
+			return f.text
+		}
+	}
+	return ""
+}
+
+// check records a problem when the field's value is out of its range.
+func (f numberField) check(p *Profile, errs *FieldErrors) {
+	v := f.get(p)
+	if v >= f.min && v <= f.max {
+		return
+	}
+	shown := strconv.FormatInt(v, 10)
+	if strings.HasSuffix(f.path, "_timeout") {
+		shown = ShortDuration(time.Duration(v))
+	}
+	errs.add(f.path, "%s is %s; allowed is %s", f.path, shown, f.text)
+}
+
+// ShortDuration writes d as in a profile: "1m" and "1h" rather than
+// "1m0s" and "1h0m0s".
+func ShortDuration(d time.Duration) string {
+	s := d.String()
+	if strings.HasSuffix(s, "m0s") {
+		s = strings.TrimSuffix(s, "0s")
+	}
+	if strings.HasSuffix(s, "h0m") {
+		s = strings.TrimSuffix(s, "0m")
+	}
+	return s
+}
+
 var nameRe = regexp.MustCompile(`^[a-z0-9][a-z0-9-]{0,62}$`)
 
 // compiled is the matcher built from a profile.
@@ -200,168 +291,205 @@ type rule struct {
 }
 
 // Compile validates p, fills in rule defaults, normalises hosts and CIDRs,
-// sets Version and builds the matcher. The first problem is returned as a
-// *FieldError. Compile may be called again after p changes.
+// sets Version and builds the matcher. Every problem is returned, as
+// FieldErrors (errors.As finds the first *FieldError). Compile may be
+// called again after p changes.
 func (p *Profile) Compile() error {
 	p.compiled = nil
+	var errs FieldErrors
 	switch {
 	case p.Name == "":
-		return fieldErr("name", "name is required")
+		errs.add("name", "name is required")
 	case !nameRe.MatchString(p.Name):
-		return fieldErr("name", "name %q is not allowed; use 1 to 63 lowercase letters, digits and '-', starting with a letter or digit", p.Name)
+		errs.add("name", "name %q is not allowed; use 1 to 63 lowercase letters, digits and '-', starting with a letter or digit", p.Name)
 	}
 	if p.Mode == "" {
 		p.Mode = ModeEnforce
 	}
 	if !slices.Contains(Modes, p.Mode) {
-		return fieldErr("mode", "mode %q is not allowed; use enforce (deny what the rules do not allow), report (allow, but log what enforce would deny) or approve (hosts that match no rule need a person's approval)", p.Mode)
+		errs.add("mode", "mode %q is not allowed; use enforce (deny what the rules do not allow), report (allow, but log what enforce would deny) or approve (hosts that match no rule need a person's approval)", p.Mode)
 	}
-	c := &compiled{}
-	var err error
-	if c.allow, err = compileRules("allow", p.Allow, true); err != nil {
-		return err
-	}
-	if c.deny, err = compileRules("deny", p.Deny, false); err != nil {
-		return err
+	c := &compiled{
+		allow: compileRules("allow", p.Allow, true, &errs),
+		deny:  compileRules("deny", p.Deny, false, &errs),
 	}
 	if p.Name == NoneName && len(p.Allow) > 0 {
-		return fieldErr("allow", "profile %q must deny everything: no allow rules (exec profiles use it for \"no network\"); give a profile that allows hosts another name", NoneName)
+		errs.add("allow", "profile %q must deny everything: no allow rules (exec profiles use it for \"no network\"); give a profile that allows hosts another name", NoneName)
 	}
 	if p.Name == NoneName && p.Mode != ModeEnforce {
-		return fieldErr("mode", "profile %q must deny everything: mode enforce (exec profiles use it for \"no network\"); give a profile in %s mode another name", NoneName, p.Mode)
+		errs.add("mode", "profile %q must deny everything: mode enforce (exec profiles use it for \"no network\"); give a profile in %s mode another name", NoneName, p.Mode)
 	}
-	for i, s := range p.AllowCIDRs {
-		path := fmt.Sprintf("allow_cidrs[%d]", i)
-		pfx, err := netip.ParsePrefix(s)
-		if err != nil {
-			if a, aerr := netip.ParseAddr(s); aerr == nil {
-				return fieldErr(path, "%q is an address, not a CIDR; write %s", s, netip.PrefixFrom(a, a.BitLen()))
-			}
-			return fieldErr(path, "%q is not a CIDR; write a network such as 10.1.2.0/24 or fd00:1::/64", s)
-		}
-		if pfx.Addr().Zone() != "" {
-			return fieldErr(path, "%q has an IPv6 zone; CIDRs have none", s)
-		}
-		if pfx.Masked() != pfx {
-			return fieldErr(path, "%q has bits set past the prefix length; did you mean %s?", s, pfx.Masked())
-		}
-		if pfx.Bits() == 0 {
-			return fieldErr(path, "%q opens every address; name only the ranges the profile needs", s)
-		}
-		if pfx.Addr().Is4In6() {
-			return fieldErr(path, "%q is an IPv4-mapped IPv6 range; write the IPv4 range instead", s)
-		}
-		for j, prev := range c.cidrs {
-			if prev == pfx {
-				return fieldErr(path, "%s is listed twice (also allow_cidrs[%d])", pfx, j)
-			}
-		}
-		c.cidrs = append(c.cidrs, pfx)
-		p.AllowCIDRs[i] = pfx.String()
-	}
+	c.cidrs = compileCIDRs(p.AllowCIDRs, &errs)
 	for i, r := range p.Redact {
 		if err := r.Validate(); err != nil {
-			return fieldErr(fmt.Sprintf("redact[%d]", i), "%v", err)
+			errs.add(fmt.Sprintf("redact[%d]", i), "%v", err)
 		}
 	}
-	if v := p.CaptureRetentionDays; v < 0 || v > 3650 {
-		return fieldErr("capture_retention_days", "capture_retention_days is %d; allowed is 0 (keep until erased) to 3650", v)
-	}
-	if v := p.MaxResponseBytes; v < MinResponseBytes || v > MaxResponseBytes {
-		return fieldErr("max_response_bytes", "max_response_bytes is %d; allowed is %d to %d (1 GiB)", v, MinResponseBytes, MaxResponseBytes)
-	}
-	if v := p.MaxRequestBytes; v < MinRequestBytes || v > MaxRequestBytes {
-		return fieldErr("max_request_bytes", "max_request_bytes is %d; allowed is %d (no request bodies) to %d (1 GiB)", v, MinRequestBytes, MaxRequestBytes)
-	}
-	if v := p.ConnectTimeout; v < MinConnectTimeout || v > MaxConnectTimeout {
-		return fieldErr("connect_timeout", "connect_timeout is %s; allowed is %s to %s", v, MinConnectTimeout, MaxConnectTimeout)
-	}
-	if v := p.TotalTimeout; v < MinTotalTimeout || v > MaxTotalTimeout {
-		return fieldErr("total_timeout", "total_timeout is %s; allowed is %s to %s", v, MinTotalTimeout, MaxTotalTimeout)
+	for _, f := range numberFields {
+		f.check(p, &errs)
 	}
 	if p.TotalTimeout < p.ConnectTimeout {
-		return fieldErr("total_timeout", "total_timeout %s is shorter than connect_timeout %s; the total includes the connect", p.TotalTimeout, p.ConnectTimeout)
+		errs.add("total_timeout", "total_timeout %s is shorter than connect_timeout %s; the total includes the connect", ShortDuration(p.TotalTimeout), ShortDuration(p.ConnectTimeout))
 	}
-	if v := p.RequestsPerMinute; v < MinRequestsPerMinute || v > MaxRequestsPerMinute {
-		return fieldErr("requests_per_minute", "requests_per_minute is %d; allowed is %d to %d", v, MinRequestsPerMinute, MaxRequestsPerMinute)
+	if len(errs) > 0 {
+		return errs
 	}
 	p.Version = version(p)
 	p.compiled = c
 	return nil
 }
 
-func compileRules(kind string, rules []Rule, allow bool) ([]rule, error) {
+// compileCIDRs parses and normalises allow_cidrs, recording every entry
+// that is not a usable network.
+func compileCIDRs(list []string, errs *FieldErrors) []netip.Prefix {
+	var out []netip.Prefix
+	for i, s := range list {
+		path := fmt.Sprintf("allow_cidrs[%d]", i)
+		pfx, err := netip.ParsePrefix(s)
+		switch {
+		case err != nil:
+			if a, aerr := netip.ParseAddr(s); aerr == nil {
+				errs.add(path, "%q is an address, not a CIDR; write %s", s, netip.PrefixFrom(a, a.BitLen()))
+			} else {
+				errs.add(path, "%q is not a CIDR; write a network such as 10.1.2.0/24 or fd00:1::/64", s)
+			}
+		case pfx.Addr().Zone() != "":
+			errs.add(path, "%q has an IPv6 zone; CIDRs have none", s)
+		case pfx.Masked() != pfx:
+			errs.add(path, "%q has bits set past the prefix length; did you mean %s?", s, pfx.Masked())
+		case pfx.Bits() == 0:
+			errs.add(path, "%q opens every address; name only the ranges the profile needs", s)
+		case pfx.Addr().Is4In6():
+			errs.add(path, "%q is an IPv4-mapped IPv6 range; write the IPv4 range instead", s)
+		default:
+			if slices.Contains(out, pfx) {
+				errs.add(path, "%s is listed twice (also allow_cidrs[%d])", pfx, cidrIndex(list, pfx))
+				continue
+			}
+			out = append(out, pfx)
+			list[i] = pfx.String()
+		}
+	}
+	return out
+}
+
+// cidrIndex returns the index of the first entry of list that is pfx.
+func cidrIndex(list []string, pfx netip.Prefix) int {
+	for i, s := range list {
+		if p, err := netip.ParsePrefix(s); err == nil && p == pfx {
+			return i
+		}
+	}
+	return -1
+}
+
+// compileRules compiles the allow or deny rules (kind), recording every
+// problem (the result is of use only when there are none).
+func compileRules(kind string, rules []Rule, allow bool, errs *FieldErrors) []rule {
 	var out []rule
 	names := map[string]string{}
 	for i := range rules {
-		r := &rules[i]
-		path := fmt.Sprintf("%s[%d]", kind, i)
-		cr := rule{id: path}
-		if r.Name != "" {
-			if !nameRe.MatchString(r.Name) {
-				return nil, fieldErr(path+".name", "rule name %q is not allowed; use 1 to 63 lowercase letters, digits and '-'", r.Name)
-			}
-			if prev, dup := names[r.Name]; dup {
-				return nil, fieldErr(path+".name", "rule name %q is already used by %s; rule names must be unique", r.Name, prev)
-			}
-			names[r.Name] = path
-			cr.id += ":" + r.Name
-		}
-		if len(r.Hosts) == 0 {
-			return nil, fieldErr(path+".hosts", "%s has no hosts; list the host names or \"*.domain\" wildcards it applies to", path)
-		}
-		seen := map[string]int{}
-		for j, h := range r.Hosts {
-			hp := fmt.Sprintf("%s.hosts[%d]", path, j)
-			pat, err := hostmatch.Parse(h)
-			if err != nil {
-				return nil, fieldErr(hp, "%v", err)
-			}
-			if k, dup := seen[pat.String()]; dup {
-				return nil, fieldErr(hp, "host pattern %q is listed twice (also hosts[%d])", pat, k)
-			}
-			seen[pat.String()] = j
-			r.Hosts[j] = pat.String()
-			cr.patterns = append(cr.patterns, pat)
-		}
-		if r.Ports == nil && allow {
-			r.Ports = slices.Clone(DefaultAllowPorts)
-		}
-		if r.Ports != nil && len(r.Ports) == 0 {
-			return nil, fieldErr(path+".ports", "ports is an empty list; remove the key for the default (%s) or list ports", defaultPortsText(allow))
-		}
-		for j, port := range r.Ports {
-			if port < 1 || port > 65535 {
-				return nil, fieldErr(fmt.Sprintf("%s.ports[%d]", path, j), "port %d is not a TCP port; allowed is 1 to 65535", port)
-			}
-			if slices.Contains(r.Ports[:j], port) {
-				return nil, fieldErr(fmt.Sprintf("%s.ports[%d]", path, j), "port %d is listed twice", port)
-			}
-			cr.ports = append(cr.ports, uint16(port))
-		}
-		if r.Methods == nil && allow {
-			r.Methods = slices.Clone(DefaultAllowMethods)
-		}
-		if r.Methods != nil && len(r.Methods) == 0 {
-			return nil, fieldErr(path+".methods", "methods is an empty list; remove the key for the default (%s) or list methods", defaultMethodsText(allow))
-		}
-		for j, m := range r.Methods {
-			mp := fmt.Sprintf("%s.methods[%d]", path, j)
-			if !slices.Contains(Methods, m) {
-				hint := ""
-				if slices.Contains(Methods, strings.ToUpper(m)) {
-					hint = fmt.Sprintf(" (methods are upper case: %s)", strings.ToUpper(m))
-				}
-				return nil, fieldErr(mp, "method %q is not allowed%s; use %s", m, hint, strings.Join(Methods, ", "))
-			}
-			if slices.Contains(r.Methods[:j], m) {
-				return nil, fieldErr(mp, "method %s is listed twice", m)
-			}
-			cr.methods = append(cr.methods, m)
-		}
-		out = append(out, cr)
+		out = append(out, compileRule(fmt.Sprintf("%s[%d]", kind, i), &rules[i], allow, names, errs))
 	}
-	return out, nil
+	return out
+}
+
+// compileRule compiles one rule at path, recording its problems. names
+// maps the rule names used so far to their rule's path.
+func compileRule(path string, r *Rule, allow bool, names map[string]string, errs *FieldErrors) rule {
+	cr := rule{id: path}
+	if r.Name != "" {
+		switch prev, dup := names[r.Name]; {
+		case !nameRe.MatchString(r.Name):
+			errs.add(path+".name", "rule name %q is not allowed; use 1 to 63 lowercase letters, digits and '-'", r.Name)
+		case dup:
+			errs.add(path+".name", "rule name %q is already used by %s; rule names must be unique", r.Name, prev)
+		default:
+			names[r.Name] = path
+		}
+		cr.id += ":" + r.Name
+	}
+	cr.patterns = compileHosts(path, r, errs)
+	cr.ports = compilePorts(path, r, allow, errs)
+	cr.methods = compileMethods(path, r, allow, errs)
+	return cr
+}
+
+// compileHosts parses and normalises a rule's host patterns.
+func compileHosts(path string, r *Rule, errs *FieldErrors) []hostmatch.Pattern {
+	if len(r.Hosts) == 0 {
+		errs.add(path+".hosts", "%s has no hosts; list the host names or \"*.domain\" wildcards it applies to", path)
+		return nil
+	}
+	var out []hostmatch.Pattern
+	seen := map[string]int{}
+	for j, h := range r.Hosts {
+		hp := fmt.Sprintf("%s.hosts[%d]", path, j)
+		pat, err := hostmatch.Parse(h)
+		if err != nil {
+			errs.add(hp, "%v", err)
+			continue
+		}
+		if k, dup := seen[pat.String()]; dup {
+			errs.add(hp, "host pattern %q is listed twice (also hosts[%d])", pat, k)
+			continue
+		}
+		seen[pat.String()] = j
+		r.Hosts[j] = pat.String()
+		out = append(out, pat)
+	}
+	return out
+}
+
+// compilePorts fills in the default ports of an allow rule and checks them.
+func compilePorts(path string, r *Rule, allow bool, errs *FieldErrors) []uint16 {
+	if r.Ports == nil && allow {
+		r.Ports = slices.Clone(DefaultAllowPorts)
+	}
+	if r.Ports != nil && len(r.Ports) == 0 {
+		errs.add(path+".ports", "ports is an empty list; remove the key for the default (%s) or list ports", defaultPortsText(allow))
+	}
+	var out []uint16
+	for j, port := range r.Ports {
+		pp := fmt.Sprintf("%s.ports[%d]", path, j)
+		switch {
+		case port < 1 || port > 65535:
+			errs.add(pp, "port %d is not a TCP port; allowed is 1 to 65535", port)
+		case slices.Contains(r.Ports[:j], port):
+			errs.add(pp, "port %d is listed twice", port)
+		default:
+			out = append(out, uint16(port))
+		}
+	}
+	return out
+}
+
+// compileMethods fills in the default methods of an allow rule and checks
+// them: upper case, one of Methods, each once.
+func compileMethods(path string, r *Rule, allow bool, errs *FieldErrors) []string {
+	if r.Methods == nil && allow {
+		r.Methods = slices.Clone(DefaultAllowMethods)
+	}
+	if r.Methods != nil && len(r.Methods) == 0 {
+		errs.add(path+".methods", "methods is an empty list; remove the key for the default (%s) or list methods", defaultMethodsText(allow))
+	}
+	var out []string
+	for j, m := range r.Methods {
+		mp := fmt.Sprintf("%s.methods[%d]", path, j)
+		switch {
+		case !slices.Contains(Methods, m):
+			hint := ""
+			if slices.Contains(Methods, strings.ToUpper(m)) {
+				hint = fmt.Sprintf(" (methods are upper case: %s)", strings.ToUpper(m))
+			}
+			errs.add(mp, "method %q is not allowed%s; use %s", m, hint, strings.Join(Methods, ", "))
+		case slices.Contains(r.Methods[:j], m):
+			errs.add(mp, "method %s is listed twice", m)
+		default:
+			out = append(out, m)
+		}
+	}
+	return out
 }
 
 func defaultPortsText(allow bool) string {

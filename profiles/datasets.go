@@ -46,8 +46,9 @@ func (s *Set) DatasetNames() []string {
 
 // loadDatasets reads datasets/*.yaml under dir (none when the dir is
 // absent). Each names an existing absolute directory that is not a system
-// directory, and at least one tenant.
-func loadDatasets(dir string) (map[string]*Dataset, error) {
+// directory, and at least one tenant. It returns the datasets that loaded
+// and every problem.
+func loadDatasets(dir string) (map[string]*Dataset, Errors) {
 	dsDir := filepath.Join(dir, "datasets")
 	out := map[string]*Dataset{}
 	entries, err := os.ReadDir(dsDir)
@@ -55,68 +56,77 @@ func loadDatasets(dir string) (map[string]*Dataset, error) {
 		return out, nil
 	}
 	if err != nil {
-		return nil, &Error{File: dsDir, Msg: fmt.Sprintf("cannot read the datasets dir: %v", unwrapPath(err))}
+		return out, Errors{{File: dsDir, Msg: fmt.Sprintf("cannot read the datasets dir: %v", unwrapPath(err))}}
 	}
-	files, err := readYAMLFiles(dsDir, entries, "datasets", "dataset")
-	if err != nil {
-		return nil, err
-	}
+	files, errs := readYAMLFiles(dsDir, entries, "datasets", "dataset")
 	for _, f := range files {
-		file, data := f.path, f.data
-		ds, err := parseDataset(file, data)
-		if err != nil {
-			return nil, err
+		ds, ferrs := parseDataset(f.path, f.data)
+		if len(ferrs) > 0 {
+			errs = append(errs, ferrs...)
+			continue
 		}
 		out[ds.Name] = ds
 	}
-	return out, nil
+	return out, errs
 }
 
-// systemDirs may not be datasets (nor contain one... only be one: a
-// dataset under /etc is refused by the prefix check below).
+// systemDirs may not be datasets, nor hold one.
 var systemDirs = []string{"/", "/bin", "/boot", "/dev", "/etc", "/lib", "/lib64", "/proc", "/root", "/run", "/sbin", "/sys", "/usr", "/var/run", "/var/lib/docker"}
 
-func parseDataset(file string, data []byte) (*Dataset, error) {
+// parseDataset decodes and validates one dataset, and returns every
+// problem it has.
+func parseDataset(file string, data []byte) (*Dataset, Errors) {
 	root, err := parseDocument(file, data)
 	if err != nil {
-		return nil, err
+		return nil, asErrors(err)
 	}
-	d := &decoder{file: file, lines: make(map[string]int)}
+	d := newDecoder(file, nil)
 	var ds Dataset
-	if err := d.decodeStruct(root, reflect.ValueOf(&ds).Elem(), ""); err != nil {
-		return nil, err
-	}
+	d.decodeStruct(root, reflect.ValueOf(&ds).Elem(), "")
 	base := strings.TrimSuffix(filepath.Base(file), ".yaml")
 	switch {
 	case ds.Name == "":
-		return nil, d.errf(0, "name is required; set name: %s (the file name without .yaml)", base)
+		d.problem("name", "name is required; set name: %s (the file name without .yaml)", base)
 	case ds.Name != base:
-		return nil, d.errf(d.lines["name"], "name %q does not match the file name %q; rename the file to %s.yaml or set name: %s", ds.Name, filepath.Base(file), ds.Name, base)
+		d.problem("name", "name %q does not match the file name %q; rename the file to %s.yaml or set name: %s", ds.Name, filepath.Base(file), ds.Name, base)
 	case !nameRe.MatchString(ds.Name):
-		return nil, d.errf(d.lines["name"], "name %q is not allowed; use 1 to 63 lowercase letters, digits and '-'", ds.Name)
+		d.problem("name", "name %q is not allowed; use 1 to 63 lowercase letters, digits and '-'", ds.Name)
 	}
-	if ds.Path == "" || !filepath.IsAbs(ds.Path) {
-		return nil, d.errf(d.lines["path"], "path %q must be an absolute directory on the host", ds.Path)
+	if p, ok := checkDatasetPath(ds.Path); !ok {
+		d.problem("path", "%s", p)
+	} else {
+		ds.Path = p
 	}
-	clean := filepath.Clean(ds.Path)
-	for _, sys := range systemDirs {
-		if clean == sys || sys != "/" && strings.HasPrefix(clean, sys+"/") {
-			return nil, d.errf(d.lines["path"], "path %s is (under) the system directory %s; put datasets in a directory of their own", clean, sys)
-		}
-	}
-	st, err := os.Stat(clean)
-	if err != nil || !st.IsDir() {
-		return nil, d.errf(d.lines["path"], "path %s is not an existing directory", clean)
-	}
-	ds.Path = clean
 	if len(ds.Tenants) == 0 {
-		return nil, d.errf(d.lines["tenants"], "tenants is required: list the tenants that may mount the dataset")
+		d.problem("tenants", "tenants is required: list the tenants that may mount the dataset")
 	}
 	for i, t := range ds.Tenants {
 		if !tenantRe.MatchString(t) {
-			return nil, d.errf(d.lines[fmt.Sprintf("tenants[%d]", i)], "tenants[%d] %q is not a tenant name", i, t)
+			d.problem(fmt.Sprintf("tenants[%d]", i), "tenants[%d] %q is not a tenant name", i, t)
 		}
+	}
+	if len(d.errs) > 0 {
+		sortByPosition(d.errs)
+		return nil, d.errs
 	}
 	ds.Source = file
 	return &ds, nil
+}
+
+// checkDatasetPath returns the cleaned path of a dataset, or what is
+// wrong with it.
+func checkDatasetPath(path string) (string, bool) {
+	if path == "" || !filepath.IsAbs(path) {
+		return fmt.Sprintf("path %q must be an absolute directory on the host", path), false
+	}
+	clean := filepath.Clean(path)
+	for _, sys := range systemDirs {
+		if clean == sys || sys != "/" && strings.HasPrefix(clean, sys+"/") {
+			return fmt.Sprintf("path %s is (under) the system directory %s; put datasets in a directory of their own", clean, sys), false
+		}
+	}
+	if st, err := os.Stat(clean); err != nil || !st.IsDir() {
+		return fmt.Sprintf("path %s is not an existing directory", clean), false
+	}
+	return clean, true
 }

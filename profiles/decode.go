@@ -9,6 +9,9 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"regexp"
+	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -26,12 +29,12 @@ func parseDocument(file string, data []byte) (*yaml.Node, error) {
 		if errors.Is(err, io.EOF) {
 			return nil, &Error{File: file, Msg: "file has no YAML content; write the profile as a mapping of keys (see profiles/exec/default.yaml)"}
 		}
-		return nil, yamlError(file, err)
+		return nil, yamlfile.SyntaxError(file, data, err)
 	}
 	var extra yaml.Node
 	if err := dec.Decode(&extra); !errors.Is(err, io.EOF) {
 		if err != nil {
-			return nil, yamlError(file, err)
+			return nil, yamlfile.SyntaxError(file, data, err)
 		}
 		return nil, &Error{File: file, Line: extra.Line, Msg: "file holds more than one YAML document (---); keep exactly one profile per file"}
 	}
@@ -40,23 +43,96 @@ func parseDocument(file string, data []byte) (*yaml.Node, error) {
 	}
 	root := doc.Content[0]
 	if root.Kind != yaml.MappingNode {
-		return nil, &Error{File: file, Line: root.Line, Msg: "top level must be a mapping of keys (name: ..., image: ...), got " + describe(root)}
+		return nil, &Error{File: file, Line: root.Line, Column: root.Column, Msg: "top level must be a mapping of keys (name: ..., image: ...), got " + describe(root)}
 	}
 	return root, nil
 }
 
+// pos is a place in a file: 1-based line and column (0 when unknown).
+type pos struct{ line, col int }
+
+func at(n *yaml.Node) pos { return pos{n.Line, n.Column} }
+
 // decoder decodes yaml.Node trees into structs by their yaml tags, strictly:
-// unknown keys, repeated keys, aliases and values of the wrong type are errors
-// that carry the line they are on.
+// unknown keys, repeated keys, aliases and values of the wrong type are
+// problems that carry their line and column. It does not stop at the first
+// problem: it records each one, leaves the refused value at its default
+// and goes on, so that one run reports every mistake in a file.
 type decoder struct {
 	file string
-	// lines maps the dotted path of every key that was set ("limits.cpus")
-	// to the line of its value, for validation errors.
-	lines map[string]int
+	// at maps the path of every key that was set ("limits.cpus",
+	// "allow[0].hosts[1]") to the position of its value.
+	at map[string]pos
+	// bad holds the paths whose value was refused while decoding (and the
+	// keys a misspelt key was taken for): checks of what they hold are
+	// skipped, so that one mistake is reported once.
+	bad map[string]bool
+	// rangeOf returns the allowed range of a number or duration, in words,
+	// by its path without list indices ("allow.ports"), or "".
+	rangeOf func(path string) string
+	errs    Errors
 }
 
-func (d *decoder) errf(line int, format string, args ...any) *Error {
-	return &Error{File: d.file, Line: line, Msg: fmt.Sprintf(format, args...)}
+func newDecoder(file string, rangeOf func(string) string) *decoder {
+	if rangeOf == nil {
+		rangeOf = func(string) string { return "" }
+	}
+	return &decoder{file: file, at: make(map[string]pos), bad: make(map[string]bool), rangeOf: rangeOf}
+}
+
+// fail records a problem at p.
+func (d *decoder) fail(p pos, format string, args ...any) {
+	d.errs = append(d.errs, &Error{File: d.file, Line: p.line, Column: p.col, Msg: fmt.Sprintf(format, args...)})
+}
+
+// refuse records a problem with the value at path (at p) and marks path bad.
+func (d *decoder) refuse(path string, p pos, format string, args ...any) {
+	d.bad[path] = true
+	d.fail(p, format, args...)
+}
+
+// problem records a problem found by a check of the decoded values, at the
+// position of path (or of the nearest enclosing path that has one; none
+// for a key that was not set). It is dropped when path, or a path that
+// encloses it, was refused while decoding: its value is then a default
+// standing in for the refused one.
+func (d *decoder) problem(path, format string, args ...any) {
+	if d.covered(path) {
+		return
+	}
+	d.fail(posOf(d.at, path), format, args...)
+}
+
+// covered reports whether path or a path enclosing it was refused.
+func (d *decoder) covered(path string) bool {
+	for p := path; p != ""; {
+		if d.bad[p] {
+			return true
+		}
+		i := strings.LastIndexAny(p, ".[")
+		if i < 0 {
+			break
+		}
+		p = p[:i]
+	}
+	return false
+}
+
+// posOf returns the position of path, or of the nearest enclosing path
+// that has one ("allow[1].hosts" for "allow[1].hosts[3]" when the list is
+// written on one line).
+func posOf(at map[string]pos, path string) pos {
+	for path != "" {
+		if p, ok := at[path]; ok {
+			return p
+		}
+		i := strings.LastIndexAny(path, ".[")
+		if i < 0 {
+			break
+		}
+		path = path[:i]
+	}
+	return pos{}
 }
 
 // structKeys returns the yaml keys of t's fields in declaration order, with
@@ -74,14 +150,24 @@ func structKeys(t reflect.Type) (keys []string, index map[string]int) {
 	return keys, index
 }
 
+// join appends key to the path of its mapping.
+func join(path, key string) string {
+	if path == "" {
+		return key
+	}
+	return path + "." + key
+}
+
 // decodeStruct decodes the mapping n into the struct rv. Keys absent from n
 // leave their field as it was, so callers pre-fill rv with defaults.
-func (d *decoder) decodeStruct(n *yaml.Node, rv reflect.Value, path string) error {
+func (d *decoder) decodeStruct(n *yaml.Node, rv reflect.Value, path string) {
 	if n.Kind != yaml.MappingNode {
-		return d.typeErr(n, path, "a mapping of keys")
+		d.typeErr(n, path, "a mapping of keys")
+		return
 	}
 	keys, index := structKeys(rv.Type())
 	seen := make(map[string]int)
+	var guessed []string
 	where := ""
 	if path != "" {
 		where = " in " + path
@@ -89,97 +175,170 @@ func (d *decoder) decodeStruct(n *yaml.Node, rv reflect.Value, path string) erro
 	for i := 0; i+1 < len(n.Content); i += 2 {
 		k, v := n.Content[i], n.Content[i+1]
 		if k.Kind != yaml.ScalarNode {
-			return d.errf(k.Line, "keys%s must be plain words, got %s; allowed keys: %s", where, describe(k), strings.Join(keys, ", "))
+			d.fail(at(k), "keys%s must be plain words, got %s; allowed keys: %s", where, describe(k), strings.Join(keys, ", "))
+			continue
 		}
 		if first, dup := seen[k.Value]; dup {
-			return d.errf(k.Line, "key %q%s is repeated (first set on line %d); keep only one", k.Value, where, first)
+			d.fail(at(k), "key %q%s is repeated (first set on line %d); keep only one", k.Value, where, first)
+			continue
 		}
 		seen[k.Value] = k.Line
 		fi, ok := index[k.Value]
 		if !ok || k.ShortTag() != "!!str" {
-			return d.errf(k.Line, "unknown key %q%s; allowed keys: %s", k.Value, where, strings.Join(keys, ", "))
+			hint, guess := unknownKeyHint(k.Value, rv.Type(), keys)
+			if guess != "" {
+				guessed = append(guessed, guess)
+			}
+			d.fail(at(k), "unknown key %q%s%s; allowed keys: %s", k.Value, where, hint, strings.Join(keys, ", "))
+			continue
 		}
-		full := k.Value
-		if path != "" {
-			full = path + "." + k.Value
-		}
-		d.lines[full] = v.Line
-		if err := d.decodeValue(v, rv.Field(fi), full); err != nil {
-			return err
+		full := join(path, k.Value)
+		d.at[full] = at(v)
+		d.decodeValue(v, rv.Field(fi), full)
+	}
+	// A misspelt key stands for the key it was taken for: "image is
+	// required" would repeat the problem already reported.
+	for _, g := range guessed {
+		if _, set := seen[g]; !set {
+			d.bad[join(path, g)] = true
 		}
 	}
-	return nil
 }
 
-func (d *decoder) decodeValue(v *yaml.Node, fv reflect.Value, path string) error {
+// unknownKeyHint says what an unknown key was likely meant to be: a key of
+// this mapping it is a misspelling of ("; did you mean allow_cidrs?",
+// returned as guess too), or a key of a nested mapping it belongs under
+// ("; memory_mb belongs under limits:").
+func unknownKeyHint(key string, t reflect.Type, keys []string) (hint, guess string) {
+	if g := yamlfile.Suggest(key, keys); g != "" {
+		return fmt.Sprintf("; did you mean %s?", g), g
+	}
+	for i := 0; i < t.NumField(); i++ {
+		f := t.Field(i)
+		tag, _, _ := strings.Cut(f.Tag.Get("yaml"), ",")
+		if tag == "" || tag == "-" || f.Type.Kind() != reflect.Struct || f.Type == durationType {
+			continue
+		}
+		if nested, _ := structKeys(f.Type); slices.Contains(nested, key) {
+			return fmt.Sprintf("; %s belongs under %s: (%s.%s)", key, tag, tag, key), ""
+		}
+	}
+	return "", ""
+}
+
+func (d *decoder) decodeValue(v *yaml.Node, fv reflect.Value, path string) {
 	if v.Kind == yaml.AliasNode {
-		return d.errf(v.Line, "%s uses a YAML alias (*%s); aliases are not supported, write the value out", path, v.Value)
+		d.refuse(path, at(v), "%s uses a YAML alias (*%s); aliases are not supported, write the value out", path, v.Value)
+		return
 	}
 	if fv.Type() == durationType {
-		if v.Kind != yaml.ScalarNode || v.ShortTag() != "!!str" {
-			return d.typeErr(v, path, "a duration such as 5s, 500ms or 2m")
-		}
-		x, err := time.ParseDuration(v.Value)
-		if err != nil {
-			return d.errf(v.Line, "%s is %q, which is not a duration; write it like 5s, 500ms or 2m", path, v.Value)
-		}
-		fv.SetInt(int64(x))
-		return nil
+		d.decodeDuration(v, fv, path)
+		return
 	}
 	switch fv.Kind() {
 	case reflect.Struct:
-		return d.decodeStruct(v, fv, path)
+		d.decodeStruct(v, fv, path)
 	case reflect.String:
 		if v.Kind != yaml.ScalarNode || v.ShortTag() != "!!str" {
-			return d.typeErr(v, path, "a string")
+			d.typeErr(v, path, "a string")
+			return
 		}
 		fv.SetString(v.Value)
 	case reflect.Int, reflect.Int64:
-		if v.Kind != yaml.ScalarNode || v.ShortTag() != "!!int" {
-			return d.typeErr(v, path, "a whole number")
-		}
-		var x int64
-		if err := v.Decode(&x); err != nil || fv.OverflowInt(x) {
-			return d.errf(v.Line, "%s is %s, which does not fit in a 64-bit integer", path, v.Value)
-		}
-		fv.SetInt(x)
+		d.decodeInt(v, fv, path)
 	case reflect.Float64:
-		if v.Kind != yaml.ScalarNode || (v.ShortTag() != "!!int" && v.ShortTag() != "!!float") {
-			return d.typeErr(v, path, "a number")
-		}
-		var x float64
-		if err := v.Decode(&x); err != nil {
-			return d.errf(v.Line, "%s is %s, which is not a usable number", path, v.Value)
-		}
-		if math.IsNaN(x) || math.IsInf(x, 0) {
-			return d.errf(v.Line, "%s is %s; it must be a finite number", path, v.Value)
-		}
-		fv.SetFloat(x)
+		d.decodeFloat(v, fv, path)
 	case reflect.Slice:
-		if v.Kind != yaml.SequenceNode {
-			return d.typeErr(v, path, listOf(fv.Type().Elem()))
-		}
-		out := reflect.MakeSlice(fv.Type(), 0, len(v.Content))
-		for i, item := range v.Content {
-			el := reflect.New(fv.Type().Elem()).Elem()
-			itemPath := fmt.Sprintf("%s[%d]", path, i)
-			d.lines[itemPath] = item.Line
-			if err := d.decodeValue(item, el, itemPath); err != nil {
-				return err
-			}
-			out = reflect.Append(out, el)
-		}
-		if out.Len() > 0 { // an empty list stays nil, like an omitted one
-			fv.Set(out)
-		}
+		d.decodeSlice(v, fv, path)
 	default:
 		// Only reachable if a field of an unsupported kind gets a yaml tag.
-		return d.errf(v.Line, "%s: internal error: cannot decode into %s", path, fv.Type())
+		d.refuse(path, at(v), "%s: internal error: cannot decode into %s", path, fv.Type())
 	}
-	return nil
+}
+
+func (d *decoder) decodeDuration(v *yaml.Node, fv reflect.Value, path string) {
+	want := "a duration such as 5s, 500ms or 2m"
+	if r := d.rangeOf(stripIndices(path)); r != "" {
+		want += " (allowed: " + r + ")"
+	}
+	if v.Kind != yaml.ScalarNode || v.ShortTag() != "!!str" {
+		d.typeErr(v, path, want)
+		return
+	}
+	x, err := time.ParseDuration(v.Value)
+	if err != nil {
+		d.refuse(path, at(v), "%s is %q, which is not a duration; it must be %s", path, v.Value, want)
+		return
+	}
+	fv.SetInt(int64(x))
+}
+
+func (d *decoder) decodeInt(v *yaml.Node, fv reflect.Value, path string) {
+	if v.Kind != yaml.ScalarNode || v.ShortTag() != "!!int" {
+		d.typeErr(v, path, "a whole number")
+		return
+	}
+	var x int64
+	if err := v.Decode(&x); err != nil || fv.OverflowInt(x) {
+		d.refuse(path, at(v), "%s is %s, which does not fit in a 64-bit integer%s", path, v.Value, d.allowed(path))
+		return
+	}
+	fv.SetInt(x)
+}
+
+func (d *decoder) decodeFloat(v *yaml.Node, fv reflect.Value, path string) {
+	if v.Kind != yaml.ScalarNode || (v.ShortTag() != "!!int" && v.ShortTag() != "!!float") {
+		d.typeErr(v, path, "a number")
+		return
+	}
+	var x float64
+	if err := v.Decode(&x); err != nil {
+		d.refuse(path, at(v), "%s is %s, which is not a usable number%s", path, v.Value, d.allowed(path))
+		return
+	}
+	if math.IsNaN(x) || math.IsInf(x, 0) {
+		d.refuse(path, at(v), "%s is %s; it must be a finite number%s", path, v.Value, d.allowed(path))
+		return
+	}
+	fv.SetFloat(x)
+}
+
+// decodeSlice decodes a list item by item. A refused item is kept as the
+// zero value, so that the list keeps its length and later items their
+// indices, and checks of it are skipped.
+func (d *decoder) decodeSlice(v *yaml.Node, fv reflect.Value, path string) {
+	if v.Kind != yaml.SequenceNode {
+		d.typeErr(v, path, listOf(fv.Type().Elem()))
+		return
+	}
+	out := reflect.MakeSlice(fv.Type(), 0, len(v.Content))
+	for i, item := range v.Content {
+		el := reflect.New(fv.Type().Elem()).Elem()
+		itemPath := fmt.Sprintf("%s[%d]", path, i)
+		d.at[itemPath] = at(item)
+		d.decodeValue(item, el, itemPath)
+		out = reflect.Append(out, el)
+	}
+	if out.Len() > 0 { // an empty list stays nil, like an omitted one
+		fv.Set(out)
+	}
+}
+
+// allowed returns "; allowed is RANGE" for a path that has a range, or "".
+func (d *decoder) allowed(path string) string {
+	if r := d.rangeOf(stripIndices(path)); r != "" {
+		return "; allowed is " + r
+	}
+	return ""
 }
 
 var durationType = reflect.TypeFor[time.Duration]()
+
+// indices matches the list indices of a path.
+var indices = regexp.MustCompile(`\[\d+\]`)
+
+// stripIndices turns "allow[0].ports[1]" into "allow.ports".
+func stripIndices(path string) string { return indices.ReplaceAllString(path, "") }
 
 // listOf says what a list of t holds, for type errors.
 func listOf(t reflect.Type) string {
@@ -196,15 +355,60 @@ func listOf(t reflect.Type) string {
 	return "a list"
 }
 
-func (d *decoder) typeErr(v *yaml.Node, path, want string) *Error {
+// typeErr refuses the value at path, which is not what the field holds
+// (want). For a number or duration the message gives the allowed range,
+// and for a string that reads as a size or a duration ("10MB", "10s") the
+// number to write instead.
+func (d *decoder) typeErr(v *yaml.Node, path, want string) {
+	if r := d.rangeOf(stripIndices(path)); r != "" && (want == "a whole number" || want == "a number") {
+		want += " (allowed: " + r + ")"
+	}
 	if v.Kind == yaml.ScalarNode && v.ShortTag() == "!!null" {
-		return d.errf(v.Line, "%s has no value; it must be %s (remove the key to use the default)", path, want)
+		d.refuse(path, at(v), "%s has no value; it must be %s (remove the key to use the default)", path, want)
+		return
 	}
 	hint := ""
-	if want == "a string" && v.Kind == yaml.ScalarNode {
+	switch {
+	case want == "a string" && v.Kind == yaml.ScalarNode:
 		hint = "; put it in quotes"
+	case v.Kind == yaml.ScalarNode && v.ShortTag() == "!!str":
+		hint = numberHint(path, v.Value)
 	}
-	return d.errf(v.Line, "%s must be %s, got %s%s", path, want, describe(v), hint)
+	d.refuse(path, at(v), "%s must be %s, got %s%s", path, want, describe(v), hint)
+}
+
+// sizeRe matches a size with a unit: 10MB, 1.5 GiB, 64k.
+var sizeRe = regexp.MustCompile(`(?i)^\s*([0-9]+(?:\.[0-9]+)?)\s*([kmgt])(i?)b?\s*$`)
+
+// numberHint returns what to write instead of s in a number field named by
+// path: the bytes of a size in a *_bytes field ("10MB"), the MiB of a size
+// in a *_mb field, the milliseconds or seconds of a duration in a *_ms or
+// *_s field. It returns "" when s is none of these.
+func numberHint(path, s string) string {
+	switch {
+	case strings.HasSuffix(path, "_bytes"):
+		if m := sizeRe.FindStringSubmatch(s); m != nil {
+			n, _ := strconv.ParseFloat(m[1], 64)
+			exp := float64(strings.Index("kmgt", strings.ToLower(m[2])) + 1)
+			dec, bin := int64(n*math.Pow(1000, exp)), int64(n*math.Pow(1024, exp))
+			unit := strings.ToUpper(m[2])
+			return fmt.Sprintf("; write the number of bytes: %d for %s %sB, %d for %s %siB", dec, m[1], unit, bin, m[1], unit)
+		}
+	case strings.HasSuffix(path, "_mb"):
+		if m := sizeRe.FindStringSubmatch(s); m != nil {
+			n, _ := strconv.ParseFloat(m[1], 64)
+			exp := float64(strings.Index("kmgt", strings.ToLower(m[2])) - 1)
+			return fmt.Sprintf("; write the number of MiB: %s for %s %siB", strconv.FormatFloat(n*math.Pow(1024, exp), 'f', -1, 64), m[1], strings.ToUpper(m[2]))
+		}
+	case strings.HasSuffix(path, "_ms"), strings.HasSuffix(path, "_s"):
+		if x, err := time.ParseDuration(strings.TrimSpace(s)); err == nil {
+			if strings.HasSuffix(path, "_ms") {
+				return fmt.Sprintf("; write the number of milliseconds: %d for %s", x.Milliseconds(), s)
+			}
+			return fmt.Sprintf("; write the number of seconds: %s for %s", strconv.FormatFloat(x.Seconds(), 'f', -1, 64), s)
+		}
+	}
+	return ""
 }
 
 // describe names what a node holds, for error messages.
@@ -218,10 +422,12 @@ type yamlFile struct {
 
 // readYAMLFiles reads the *.yaml files among entries (a listing of dir, in
 // name order), skipping directories and dot files. A *.yml file is refused
-// rather than silently ignored. kind names the files in errors ("exec
+// rather than silently ignored, as is a file that cannot be read; the
+// others are returned all the same. kind names the files in errors ("exec
 // profiles"), item one of them ("profile").
-func readYAMLFiles(dir string, entries []os.DirEntry, kind, item string) ([]yamlFile, error) {
+func readYAMLFiles(dir string, entries []os.DirEntry, kind, item string) ([]yamlFile, Errors) {
 	var out []yamlFile
+	var errs Errors
 	for _, ent := range entries {
 		name := ent.Name()
 		if ent.IsDir() || strings.HasPrefix(name, ".") {
@@ -231,15 +437,17 @@ func readYAMLFiles(dir string, entries []os.DirEntry, kind, item string) ([]yaml
 		switch filepath.Ext(name) {
 		case ".yaml":
 		case ".yml":
-			return nil, &Error{File: file, Msg: fmt.Sprintf("%s must end in .yaml; rename it to %s.yaml", kind, strings.TrimSuffix(name, ".yml"))}
+			errs = append(errs, &Error{File: file, Msg: fmt.Sprintf("%s must end in .yaml; rename it to %s.yaml", kind, strings.TrimSuffix(name, ".yml"))})
+			continue
 		default:
 			continue
 		}
 		data, err := os.ReadFile(file)
 		if err != nil {
-			return nil, &Error{File: file, Msg: fmt.Sprintf("cannot read %s: %v", item, unwrapPath(err))}
+			errs = append(errs, &Error{File: file, Msg: fmt.Sprintf("cannot read %s: %v", item, unwrapPath(err))})
+			continue
 		}
 		out = append(out, yamlFile{path: file, data: data})
 	}
-	return out, nil
+	return out, errs
 }

@@ -27,58 +27,74 @@ func (s *Set) EgressNames() []string {
 }
 
 // loadEgress reads and validates every egress/*.yaml file under dir (see
-// profiles/egress/web-research.yaml for the format) and checks that every
-// exec profile names a loaded egress profile. The profile "none" (no rules:
-// deny everything) always exists: when egress/none.yaml is absent, or the
-// egress/ dir is, it is built in. Files are read in name order, like exec/;
-// the first problem is returned as an *Error.
-func loadEgress(dir string, execs map[string]*Exec) (map[string]*egress.Profile, error) {
+// profiles/egress/web-research.yaml for the format). The profile "none"
+// (no rules: deny everything) always exists: when egress/none.yaml is
+// absent, or the egress/ dir is, it is built in. Files are read in name
+// order, like exec/. It returns the profiles that loaded, the names of
+// every profile file found (loaded or not), the warnings of the loaded
+// ones and every problem.
+func loadEgress(dir string) (map[string]*egress.Profile, []string, []Warning, Errors) {
 	egressDir := filepath.Join(dir, "egress")
 	out := make(map[string]*egress.Profile)
+	var errs Errors
 	entries, err := os.ReadDir(egressDir)
 	if err != nil && !errors.Is(err, os.ErrNotExist) {
-		return nil, &Error{File: egressDir, Msg: fmt.Sprintf("cannot read the egress profiles dir: %v", unwrapPath(err))}
+		errs = append(errs, &Error{File: egressDir, Msg: fmt.Sprintf("cannot read the egress profiles dir: %v", unwrapPath(err))})
 	}
-	files, err := readYAMLFiles(egressDir, entries, "egress profiles", "profile")
-	if err != nil {
-		return nil, err
-	}
+	files, more := readYAMLFiles(egressDir, entries, "egress profiles", "profile")
+	errs = append(errs, more...)
+	var names []string
+	var warnings []Warning
 	for _, f := range files {
-		file, data := f.path, f.data
-		p, err := parseEgress(file, data)
-		if err != nil {
-			return nil, err
+		names = append(names, strings.TrimSuffix(filepath.Base(f.path), ".yaml"))
+		p, w, ferrs := parseEgress(f.path, f.data)
+		if len(ferrs) > 0 {
+			errs = append(errs, ferrs...)
+			continue
 		}
 		out[p.Name] = p
+		warnings = append(warnings, w...)
 	}
-	if _, ok := out[egress.NoneName]; !ok {
+	if _, ok := out[egress.NoneName]; !ok && !slices.Contains(names, egress.NoneName) {
 		out[egress.NoneName] = egress.None()
 	}
-	for _, name := range slices.Sorted(maps.Keys(execs)) {
-		e := execs[name]
-		if _, ok := out[e.Egress]; !ok {
-			return nil, &Error{File: e.Source, Line: topKeyLine(e.Source, "egress"), Msg: fmt.Sprintf("egress %q names no egress profile; add egress/%s.yaml or use one of: %s", e.Egress, e.Egress, strings.Join(slices.Sorted(maps.Keys(out)), ", "))}
-		}
-	}
-	return out, nil
+	return out, names, warnings, errs
 }
 
-// topKeyLine returns the line of a top-level key in a YAML file, or 0.
-func topKeyLine(file, key string) int {
+// checkExecEgress checks that every exec profile names a loaded egress
+// profile. One that names an egress file with problems of its own is not
+// reported again.
+func checkExecEgress(execs map[string]*Exec, egs map[string]*egress.Profile, egressFiles []string) Errors {
+	var errs Errors
+	for _, name := range slices.Sorted(maps.Keys(execs)) {
+		e := execs[name]
+		if _, ok := egs[e.Egress]; ok || slices.Contains(egressFiles, e.Egress) {
+			continue
+		}
+		known := slices.Sorted(maps.Keys(egs))
+		p := topKeyPos(e.Source, "egress")
+		errs = append(errs, &Error{File: e.Source, Line: p.line, Column: p.col, Msg: fmt.Sprintf("egress %q names no egress profile; add egress/%s.yaml or use one of: %s", e.Egress, e.Egress, strings.Join(known, ", "))})
+	}
+	return errs
+}
+
+// topKeyPos returns the position of a top-level key's value in a YAML
+// file, or no position.
+func topKeyPos(file, key string) pos {
 	data, err := os.ReadFile(file)
 	if err != nil {
-		return 0
+		return pos{}
 	}
 	root, err := parseDocument(file, data)
 	if err != nil {
-		return 0
+		return pos{}
 	}
 	for i := 0; i+1 < len(root.Content); i += 2 {
 		if root.Content[i].Value == key {
-			return root.Content[i+1].Line
+			return at(root.Content[i+1])
 		}
 	}
-	return 0
+	return pos{}
 }
 
 // unquotedWildcard matches a list item or flow entry that starts with an
@@ -86,68 +102,60 @@ func topKeyLine(file, key string) int {
 var unquotedWildcard = regexp.MustCompile(`(?m)(^\s*-\s*|[\[,]\s*)\*`)
 
 // parseEgress decodes, defaults, validates and versions one egress
-// profile. file is used in errors and must end in NAME.yaml.
-func parseEgress(file string, data []byte) (*egress.Profile, error) {
+// profile, and returns its warnings and every problem it has. file is
+// used in errors and must end in NAME.yaml.
+func parseEgress(file string, data []byte) (*egress.Profile, []Warning, Errors) {
 	root, err := parseDocument(file, data)
 	if err != nil {
-		var perr *Error
-		if errors.As(err, &perr) && strings.HasPrefix(perr.Msg, "invalid YAML") && unquotedWildcard.Match(data) {
-			perr.Msg += `; host wildcards must be quoted, as in - "*.example.com" (an unquoted * starts a YAML alias)`
+		errs := asErrors(err)
+		if strings.HasPrefix(errs[0].Msg, "invalid YAML") && unquotedWildcard.Match(data) {
+			errs[0].Msg += `; host wildcards must be quoted, as in - "*.example.com" (an unquoted * starts a YAML alias)`
 		}
-		return nil, err
+		return nil, nil, errs
 	}
-	if err := refuseEmptyRuleLists(file, root); err != nil {
-		return nil, err
-	}
-	d := &decoder{file: file, lines: make(map[string]int)}
+	d := newDecoder(file, egress.FieldRange)
+	refuseEmptyRuleLists(d, root)
 	p := egress.Defaults()
-	if err := d.decodeStruct(root, reflect.ValueOf(&p).Elem(), ""); err != nil {
-		return nil, err
-	}
+	d.decodeStruct(root, reflect.ValueOf(&p).Elem(), "")
 	base := strings.TrimSuffix(filepath.Base(file), ".yaml")
 	switch {
 	case p.Name == "":
-		return nil, d.errf(0, "name is required; set name: %s (the file name without .yaml)", base)
+		d.problem("name", "name is required; set name: %s (the file name without .yaml)", base)
+		d.bad["name"] = true // Compile would say it again
 	case p.Name != base:
-		return nil, d.errf(d.lines["name"], "name %q does not match the file name %q; rename the file to %s.yaml or set name: %s", p.Name, filepath.Base(file), p.Name, base)
+		d.problem("name", "name %q does not match the file name %q; rename the file to %s.yaml or set name: %s", p.Name, filepath.Base(file), p.Name, base)
+		d.bad["name"] = true
 	}
-	if err := p.Compile(); err != nil {
-		var fe *egress.FieldError
-		if !errors.As(err, &fe) {
-			return nil, d.errf(0, "%v", err)
+	var fes egress.FieldErrors
+	if err := p.Compile(); errors.As(err, &fes) {
+		for _, fe := range fes {
+			msg := fe.Msg
+			if strings.Contains(fe.Path, "[") {
+				msg = fe.Path + ": " + msg
+			}
+			d.problem(fe.Path, "%s", msg)
 		}
-		msg := fe.Msg
-		if strings.Contains(fe.Path, "[") {
-			msg = fe.Path + ": " + msg
-		}
-		return nil, d.errf(lineOf(d.lines, fe.Path), "%s", msg)
+	} else if err != nil {
+		d.problem("", "%v", err)
+	}
+	if len(d.errs) > 0 {
+		sortByPosition(d.errs)
+		return nil, nil, d.errs
 	}
 	p.Source = file
-	return &p, nil
-}
-
-// lineOf returns the line of path, or of the nearest enclosing path that
-// has one ("allow[1].hosts" for "allow[1].hosts[3]" when the list is
-// written on one line).
-func lineOf(lines map[string]int, path string) int {
-	for path != "" {
-		if l, ok := lines[path]; ok {
-			return l
-		}
-		i := strings.LastIndexAny(path, ".[")
-		if i < 0 {
-			break
-		}
-		path = path[:i]
+	var warnings []Warning
+	for _, w := range p.Warnings() {
+		wp := posOf(d.at, w.Path)
+		warnings = append(warnings, Warning{File: file, Line: wp.line, Column: wp.col, Msg: w.Msg})
 	}
-	return 0
+	return &p, warnings, nil
 }
 
 // refuseEmptyRuleLists rejects "hosts: []", "ports: []" and "methods: []"
 // in a rule. The decoder reads an empty list as an omitted key, which for
 // ports and methods means the defaults: an author who wrote [] to mean
 // "none" would get 80, 443 and GET, HEAD instead.
-func refuseEmptyRuleLists(file string, root *yaml.Node) error {
+func refuseEmptyRuleLists(d *decoder, root *yaml.Node) {
 	for i := 0; i+1 < len(root.Content); i += 2 {
 		k, v := root.Content[i], root.Content[i+1]
 		if (k.Value != "allow" && k.Value != "deny") || v.Kind != yaml.SequenceNode {
@@ -160,10 +168,10 @@ func refuseEmptyRuleLists(file string, root *yaml.Node) error {
 			for m := 0; m+1 < len(item.Content); m += 2 {
 				key, val := item.Content[m], item.Content[m+1]
 				if val.Kind == yaml.SequenceNode && len(val.Content) == 0 {
-					return &Error{File: file, Line: val.Line, Msg: fmt.Sprintf("%s[%d].%s is an empty list; remove the key to use the default, or list values (a rule that should match nothing should be removed)", k.Value, j, key.Value)}
+					path := fmt.Sprintf("%s[%d].%s", k.Value, j, key.Value)
+					d.refuse(path, at(val), "%s is an empty list; remove the key to use the default, or list values (a rule that should match nothing should be removed)", path)
 				}
 			}
 		}
 	}
-	return nil
 }

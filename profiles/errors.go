@@ -1,27 +1,57 @@
 package profiles
 
 import (
+	"cmp"
+	"errors"
+	"slices"
+
 	"github.com/sandboxd/sandboxd/internal/yamlfile"
-	"regexp"
-	"strconv"
-	"strings"
 )
 
-// Error is a problem in a profile file, as "file:line: problem". Load and
-// Check return the first one they find as *Error.
+// Error is a problem in a profile file, as "file:line:column: problem".
 type Error = yamlfile.Error
 
-// yamlLine matches the position prefix yaml.v3 puts on syntax errors.
-var yamlLine = regexp.MustCompile(`^yaml: line (\d+): (.*)$`)
+// Errors is every problem Load found in a profiles dir, by file and then
+// by position. Load returns it as its error; errors.As finds its first
+// *Error.
+type Errors = yamlfile.Errors
 
-// yamlError turns an error from the YAML parser into an *Error, lifting the
-// line number out of the message when the parser gave one.
-func yamlError(file string, err error) *Error {
-	msg := err.Error()
-	if m := yamlLine.FindStringSubmatch(msg); m != nil {
-		if line, convErr := strconv.Atoi(m[1]); convErr == nil {
-			return &Error{File: file, Line: line, Msg: "invalid YAML: " + m[2]}
+// Warning is a value that loads but deserves a second look, such as an
+// allow_cidrs entry that opens the cloud metadata service. Check returns
+// warnings; Load puts them in Set.Warnings.
+type Warning = yamlfile.Warning
+
+// asErrors returns err as a list of problems.
+func asErrors(err error) Errors {
+	var list Errors
+	if errors.As(err, &list) {
+		return list
+	}
+	var one *Error
+	if errors.As(err, &one) {
+		return Errors{one}
+	}
+	return Errors{{Msg: err.Error()}}
+}
+
+// sortByPosition orders the problems of one file by line and column; those
+// without a line (a missing key) come first.
+func sortByPosition(errs Errors) {
+	slices.SortStableFunc(errs, func(a, b *Error) int {
+		return cmp.Or(cmp.Compare(a.Line, b.Line), cmp.Compare(a.Column, b.Column))
+	})
+}
+
+// dedupe drops repeated problems (a seccomp file two profiles name is
+// reported once), keeping the first of each.
+func dedupe(errs Errors) Errors {
+	seen := make(map[string]bool, len(errs))
+	out := errs[:0]
+	for _, e := range errs {
+		if s := e.Error(); !seen[s] {
+			seen[s] = true
+			out = append(out, e)
 		}
 	}
-	return &Error{File: file, Msg: "invalid YAML: " + strings.TrimPrefix(msg, "yaml: ")}
+	return out
 }

@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"reflect"
 	"slices"
+	"strings"
 
 	"github.com/sandboxd/sandboxd/egress"
 	"github.com/sandboxd/sandboxd/redact"
@@ -35,6 +36,10 @@ type Set struct {
 	// Datasets maps name to dataset (datasets/*.yaml): host directories
 	// execs may mount read-only.
 	Datasets map[string]*Dataset
+	// Warnings are values that load but deserve a second look (an
+	// allow_cidrs entry that opens an always-denied range), by file. The
+	// service logs them at every load.
+	Warnings []Warning
 }
 
 // Names returns the exec profile names, sorted.
@@ -47,61 +52,91 @@ func (s *Set) Names() []string {
 	return names
 }
 
-// Load reads and validates the profiles dir: every exec/*.yaml file and the
-// seccomp/*.json files they name, and egress/*.yaml (see loadEgress). Files in exec/
-// that do not end in .yaml, dot files and sub-directories are skipped;
-// a .yml file is an error, so that a profile is never skipped silently.
-//
-// Any problem makes Load fail; the error is an *Error pointing at the file
-// and line of the first problem found (files are read in name order).
-func Load(dir string) (*Set, error) {
-	execDir := filepath.Join(dir, "exec")
-	entries, err := os.ReadDir(execDir)
-	if err != nil {
-		return nil, &Error{File: execDir, Msg: fmt.Sprintf("cannot read the exec profiles dir: %v; the profiles dir must hold exec/default.yaml", unwrapPath(err))}
-	}
-	set := &Set{Dir: dir, Exec: make(map[string]*Exec)}
-	sources := make(map[string]string)
-	seccomp := seccompLoader(filepath.Join(dir, "seccomp"))
-	files, err := readYAMLFiles(execDir, entries, "exec profiles", "profile")
-	if err != nil {
-		return nil, err
-	}
-	for _, f := range files {
-		file, data := f.path, f.data
-		e, err := parseExec(file, data, seccomp)
-		if err != nil {
-			return nil, err
-		}
-		// Unreachable while the file name must equal the profile name, but
-		// kept so that relaxing that rule cannot shadow a profile silently.
-		if prev, dup := sources[e.Name]; dup {
-			return nil, &Error{File: file, Msg: fmt.Sprintf("profile name %q is already defined in %s; profile names must be unique", e.Name, prev)}
-		}
-		sources[e.Name] = file
-		set.Exec[e.Name] = e
-	}
-	if len(set.Exec) == 0 {
-		return nil, &Error{File: execDir, Msg: "no exec profiles (*.yaml) found; add exec/default.yaml"}
-	}
-	if _, ok := set.Exec[DefaultName]; !ok {
-		return nil, &Error{File: execDir, Msg: fmt.Sprintf("no profile named %q; add exec/%s.yaml (requests that name no profile use it)", DefaultName, DefaultName)}
-	}
-	if set.Egress, err = loadEgress(dir, set.Exec); err != nil {
-		return nil, err
-	}
-	if set.Datasets, err = loadDatasets(dir); err != nil {
-		return nil, err
-	}
-	return set, nil
+// Report is what Check finds in a profiles dir: every problem of every
+// file, and every warning.
+type Report struct {
+	// Set is the loaded set, or nil when there are Errors.
+	Set *Set
+	// Errors are the problems, by file (exec/, then egress/, then
+	// datasets/, each in name order) and position.
+	Errors Errors
+	// Warnings are the values that load but deserve a second look.
+	Warnings []Warning
 }
 
-// Check validates the profiles dir the way the service would load it, for
-// `sandboxd profiles check DIR`. It returns nil or the first problem as an
-// *Error.
-func Check(dir string) error {
-	_, err := Load(dir)
-	return err
+// Load reads and validates the profiles dir: every exec/*.yaml file and the
+// seccomp/*.json files they name, egress/*.yaml (see loadEgress) and
+// datasets/*.yaml. Files in exec/ that do not end in .yaml, dot files and
+// sub-directories are skipped; a .yml file is an error, so that a profile
+// is never skipped silently.
+//
+// Any problem makes Load fail; the error is Errors, every problem of every
+// file (see Check), and errors.As finds the first as *Error.
+func Load(dir string) (*Set, error) {
+	r := Check(dir)
+	if len(r.Errors) > 0 {
+		return nil, r.Errors
+	}
+	return r.Set, nil
+}
+
+// Check validates the profiles dir the way the service loads it, for
+// `sandboxd profiles check DIR`. It does not stop at the first problem:
+// each file is checked whole, and every file is checked, so that one run
+// reports every mistake. A check that needs another file (the egress
+// profile an exec profile names, the seccomp file) is skipped when that
+// file has problems of its own.
+func Check(dir string) *Report {
+	set := &Set{Dir: dir}
+	var errs Errors
+	var execFiles []string
+	set.Exec, execFiles, errs = loadExec(dir)
+	var egressFiles []string
+	var more Errors
+	set.Egress, egressFiles, set.Warnings, more = loadEgress(dir)
+	errs = append(errs, more...)
+	errs = append(errs, checkExecEgress(set.Exec, set.Egress, egressFiles)...)
+	set.Datasets, more = loadDatasets(dir)
+	errs = append(errs, more...)
+	execDir := filepath.Join(dir, "exec")
+	switch {
+	case len(execFiles) == 0 && !slices.ContainsFunc(errs, func(e *Error) bool { return e.File == execDir }):
+		errs = append(Errors{{File: execDir, Msg: "no exec profiles (*.yaml) found; add exec/default.yaml"}}, errs...)
+	case len(execFiles) > 0 && !slices.Contains(execFiles, DefaultName):
+		errs = append(Errors{{File: execDir, Msg: fmt.Sprintf("no profile named %q; add exec/%s.yaml (requests that name no profile use it)", DefaultName, DefaultName)}}, errs...)
+	}
+	if errs = dedupe(errs); len(errs) > 0 {
+		return &Report{Errors: errs, Warnings: set.Warnings}
+	}
+	return &Report{Set: set, Warnings: set.Warnings}
+}
+
+// loadExec reads and validates every exec/*.yaml file under dir and the
+// seccomp files they name. It returns the profiles that loaded, the names
+// (file names without .yaml) of every profile file found, loaded or not,
+// and the problems.
+func loadExec(dir string) (map[string]*Exec, []string, Errors) {
+	execDir := filepath.Join(dir, "exec")
+	out := make(map[string]*Exec)
+	entries, err := os.ReadDir(execDir)
+	if err != nil {
+		return out, nil, Errors{{File: execDir, Msg: fmt.Sprintf("cannot read the exec profiles dir: %v; the profiles dir must hold exec/default.yaml", unwrapPath(err))}}
+	}
+	seccomp := seccompLoader(filepath.Join(dir, "seccomp"))
+	files, errs := readYAMLFiles(execDir, entries, "exec profiles", "profile")
+	var names []string
+	for _, f := range files {
+		names = append(names, strings.TrimSuffix(filepath.Base(f.path), ".yaml"))
+		e, ferrs := parseExec(f.path, f.data, seccomp)
+		if len(ferrs) > 0 {
+			errs = append(errs, ferrs...)
+			continue
+		}
+		// The file name is the profile name, so two files cannot hold
+		// the same profile.
+		out[e.Name] = e
+	}
+	return out, names, errs
 }
 
 // seccompSource returns the content of a seccomp file by name, or an error
@@ -129,43 +164,46 @@ func seccompLoader(dir string) seccompSource {
 	}
 }
 
-// parseExec decodes, defaults, validates and versions one exec profile.
-// file is used in errors and must end in NAME.yaml.
-func parseExec(file string, data []byte, seccomp seccompSource) (*Exec, error) {
+// parseExec decodes, defaults, validates and versions one exec profile,
+// and returns every problem it has. file is used in errors and must end in
+// NAME.yaml.
+func parseExec(file string, data []byte, seccomp seccompSource) (*Exec, Errors) {
 	root, err := parseDocument(file, data)
 	if err != nil {
-		return nil, err
+		return nil, asErrors(err)
 	}
-	d := &decoder{file: file, lines: make(map[string]int)}
+	d := newDecoder(file, execRange)
 	e := defaultExec()
-	if err := d.decodeStruct(root, reflect.ValueOf(&e).Elem(), ""); err != nil {
-		return nil, err
-	}
+	d.decodeStruct(root, reflect.ValueOf(&e).Elem(), "")
 	if e.Runtime == "" {
 		e.Runtime = DefaultRuntime
 	}
 	if e.Egress == "" {
 		e.Egress = DefaultEgress
 	}
-	if err := validate(&e, d, filepath.Base(file)); err != nil {
-		return nil, err
-	}
-	sc, err := seccomp(e.Seccomp)
-	if err != nil {
+	validate(&e, d, filepath.Base(file))
+	var other Errors // problems of the seccomp file itself
+	if validSeccompName(e.Seccomp) && !d.covered("seccomp") {
+		sc, err := seccomp(e.Seccomp)
 		var perr *Error
 		switch {
+		case err == nil:
+			if e.Runtime == RuntimeRunc && seccompAllowsClone3(sc) {
+				d.problem("seccomp", "seccomp file %q allows clone3, whose flags seccomp cannot check; under runtime runc that lets the code create namespaces. Use it only with runtime: runsc (gVisor), or deny clone3 with \"errnoRet\": 38 as default.json does", e.Seccomp)
+			}
+			e.SeccompJSON = sc
 		case errors.As(err, &perr):
-			return nil, perr
+			other = append(other, perr)
 		case errors.Is(err, fs.ErrNotExist):
-			return nil, d.errf(d.lines["seccomp"], "seccomp file %q does not exist in the seccomp/ dir; add it or name an existing one", e.Seccomp)
+			d.problem("seccomp", "seccomp file %q does not exist in the seccomp/ dir; add it or name an existing one", e.Seccomp)
 		default:
-			return nil, d.errf(d.lines["seccomp"], "cannot read seccomp file %q: %v", e.Seccomp, unwrapPath(err))
+			d.problem("seccomp", "cannot read seccomp file %q: %v", e.Seccomp, unwrapPath(err))
 		}
 	}
-	if e.Runtime == RuntimeRunc && seccompAllowsClone3(sc) {
-		return nil, d.errf(d.lines["seccomp"], "seccomp file %q allows clone3, whose flags seccomp cannot check; under runtime runc that lets the code create namespaces. Use it only with runtime: runsc (gVisor), or deny clone3 with \"errnoRet\": 38 as default.json does", e.Seccomp)
+	if len(d.errs) > 0 || len(other) > 0 {
+		sortByPosition(d.errs)
+		return nil, append(d.errs, other...)
 	}
-	e.SeccompJSON = sc
 	e.Source = file
 	e.Version = version(&e)
 	return &e, nil

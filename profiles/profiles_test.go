@@ -104,8 +104,8 @@ func TestLoadShippedProfiles(t *testing.T) {
 	if b, err := hex.DecodeString(e.Version); err != nil || len(b) != 32 {
 		t.Errorf("Version = %q, want 64 hex digits", e.Version)
 	}
-	if err := Check("."); err != nil {
-		t.Errorf("Check(.) = %v", err)
+	if r := Check("."); len(r.Errors) > 0 || r.Set == nil {
+		t.Errorf("Check(.) = %v", r.Errors)
 	}
 }
 
@@ -337,11 +337,11 @@ func TestProfileErrors(t *testing.T) {
 		{"repeated key", minimal + "image: other\n", 4, []string{`key "image" is repeated (first set on line 2)`}},
 		{"merge key", minimal + "<<: {image: x}\n", 4, []string{`unknown key "<<"`}},
 		{"non-scalar key", minimal + "? [a]\n: 1\n", 4, []string{"keys must be plain words"}},
-		{"string for int", minimal + "limits:\n  memory_mb: lots\n", 5, []string{`limits.memory_mb must be a whole number, got the string "lots"`}},
-		{"quoted int", minimal + "nofile: \"256\"\n", 4, []string{`nofile must be a whole number, got the string "256"`}},
-		{"float for int nested", minimal + "limits:\n  pids: 1.5\n", 5, []string{"limits.pids must be a whole number, got the number 1.5"}},
+		{"string for int", minimal + "limits:\n  memory_mb: lots\n", 5, []string{`limits.memory_mb must be a whole number (allowed: 16 to 65536 MiB), got the string "lots"`}},
+		{"quoted int", minimal + "nofile: \"256\"\n", 4, []string{`nofile must be a whole number (allowed: 16 to 65536), got the string "256"`}},
+		{"float for int nested", minimal + "limits:\n  pids: 1.5\n", 5, []string{"limits.pids must be a whole number (allowed: 8 to 4096), got the number 1.5"}},
 		{"huge int", minimal + "nofile: 99999999999999999999\n", 4, []string{"nofile must be a whole number"}},
-		{"string for float", minimal + "limits:\n  cpus: one\n", 5, []string{`limits.cpus must be a number, got the string "one"`}},
+		{"string for float", minimal + "limits:\n  cpus: one\n", 5, []string{`limits.cpus must be a number (allowed: more than 0 and at most 64, fractions such as 0.5 included), got the string "one"`}},
 		{"nan cpus", minimal + "limits:\n  cpus: .nan\n", 5, []string{"limits.cpus is .nan; it must be a finite number"}},
 		{"number for string", "name: default\nimage: 3.11\nseccomp: default.json\n", 2, []string{"image must be a string, got the number 3.11; put it in quotes"}},
 		{"bool for string", minimal + "description: true\n", 4, []string{"description must be a string, got the boolean true"}},
@@ -526,12 +526,12 @@ func TestDirErrors(t *testing.T) {
 	})
 	t.Run("no profiles", func(t *testing.T) {
 		dir := writeTree(t, map[string]string{"exec/README.md": "hi"})
-		err := Check(dir)
+		_, err := Load(dir)
 		wantErr(t, err, filepath.Join(dir, "exec"), 0, "no exec profiles (*.yaml) found; add exec/default.yaml")
 	})
 	t.Run("no default", func(t *testing.T) {
 		dir := writeTree(t, map[string]string{"exec/big.yaml": "name: big\nimage: x\nseccomp: default.json\n"})
-		err := Check(dir)
+		_, err := Load(dir)
 		wantErr(t, err, filepath.Join(dir, "exec"), 0, `no profile named "default"; add exec/default.yaml`)
 	})
 	t.Run("yml extension", func(t *testing.T) {
@@ -721,20 +721,21 @@ func FuzzLoadExec(f *testing.F) {
 		return nil, os.ErrNotExist
 	}
 	f.Fuzz(func(t *testing.T, data []byte) {
-		e, err := parseExec(file, data, seccomp)
-		if err != nil {
-			var perr *Error
-			if !errors.As(err, &perr) || perr.File != file || perr.Line < 0 || perr.Msg == "" {
-				t.Fatalf("error %v (%T) is not a well-formed *Error for %s", err, err, file)
+		e, errs := parseExec(file, data, seccomp)
+		if len(errs) > 0 {
+			for _, perr := range errs {
+				if perr.File != file || perr.Line < 0 || perr.Column < 0 || perr.Msg == "" {
+					t.Fatalf("error %v is not a well-formed *Error for %s", perr, file)
+				}
 			}
 			return
 		}
 		if e.Name != "default" || e.Source != file || len(e.Version) != 64 || string(e.SeccompJSON) != minimalSeccomp {
 			t.Fatalf("accepted profile is incomplete: %+v", e)
 		}
-		d := &decoder{file: file, lines: map[string]int{}}
-		if err := validate(e, d, "default.yaml"); err != nil {
-			t.Fatalf("accepted profile fails validation: %v", err)
+		d := newDecoder(file, execRange)
+		if validate(e, d, "default.yaml"); len(d.errs) > 0 {
+			t.Fatalf("accepted profile fails validation: %v", d.errs)
 		}
 	})
 }

@@ -134,71 +134,89 @@ var (
 // maxPreload bounds the preload list.
 const maxPreload = 32
 
-// validate checks e after defaults are applied. fileName is the base name
-// of the profile file; lines maps YAML paths to the line of their value.
-func validate(e *Exec, d *decoder, fileName string) error {
-	line := func(path string) int { return d.lines[path] }
+// execRange returns the allowed range of an exec profile's number by its
+// path, in words, or "" (for decoding errors).
+func execRange(path string) string {
+	if path == "limits.cpus" {
+		return fmt.Sprintf("more than 0 and at most %d, fractions such as 0.5 included", maxCPUs)
+	}
+	for _, r := range intRules {
+		if r.path == path {
+			return r.allowedRange()
+		}
+	}
+	return ""
+}
 
+// validate checks e after defaults are applied and records every problem
+// in d (at the position of its key; see decoder.problem). fileName is the
+// base name of the profile file.
+func validate(e *Exec, d *decoder, fileName string) {
+	base := strings.TrimSuffix(fileName, ".yaml")
 	switch {
 	case e.Name == "":
-		return d.errf(0, "name is required; set name: %s (the file name without .yaml)", strings.TrimSuffix(fileName, ".yaml"))
+		d.problem("name", "name is required; set name: %s (the file name without .yaml)", base)
 	case !nameRe.MatchString(e.Name):
-		return d.errf(line("name"), "name %q is not allowed; use 1 to 63 lowercase letters, digits and '-', starting with a letter or digit", e.Name)
+		d.problem("name", "name %q is not allowed; use 1 to 63 lowercase letters, digits and '-', starting with a letter or digit", e.Name)
 	case e.Name+".yaml" != fileName:
-		return d.errf(line("name"), "name %q does not match the file name %q; rename the file to %s.yaml or set name: %s", e.Name, fileName, e.Name, strings.TrimSuffix(fileName, ".yaml"))
+		d.problem("name", "name %q does not match the file name %q; rename the file to %s.yaml or set name: %s", e.Name, fileName, e.Name, base)
 	}
 
-	if strings.TrimSpace(e.Image) == "" {
-		return d.errf(line("image"), "image is required; set it to the sandbox image reference, e.g. image: sandboxd/python:3.11")
-	}
-	if strings.ContainsFunc(e.Image, isSpaceOrControl) {
-		return d.errf(line("image"), "image %q contains spaces or control characters; set an image reference such as sandboxd/python:3.11", e.Image)
+	switch {
+	case strings.TrimSpace(e.Image) == "":
+		d.problem("image", "image is required; set it to the sandbox image reference, e.g. image: sandboxd/python:3.11")
+	case strings.ContainsFunc(e.Image, isSpaceOrControl):
+		d.problem("image", "image %q contains spaces or control characters; set an image reference such as sandboxd/python:3.11", e.Image)
 	}
 
 	if !slices.Contains(Runtimes, e.Runtime) {
-		return d.errf(line("runtime"), "runtime %q is not supported; allowed: runc (Linux namespaces and cgroups) or runsc (gVisor: a user-space kernel in front of the host's; install it with `make gvisor`)", e.Runtime)
+		d.problem("runtime", "runtime %q is not supported; allowed: runc (Linux namespaces and cgroups) or runsc (gVisor: a user-space kernel in front of the host's; install it with `make gvisor`)", e.Runtime)
 	}
 
 	if err := validateUser(e.User); err != "" {
-		return d.errf(line("user"), "user %q is not allowed: %s", e.User, err)
+		d.problem("user", "user %q is not allowed: %s", e.User, err)
 	}
 
 	switch {
 	case e.Seccomp == "":
-		return d.errf(0, "seccomp is required; name a filter file under seccomp/, e.g. seccomp: default.json")
-	case !seccompRe.MatchString(e.Seccomp) || strings.Contains(e.Seccomp, ".."):
-		return d.errf(line("seccomp"), "seccomp %q must be a plain file name under seccomp/ ending in .json (letters, digits, '.', '_', '-'; no directories, no \"..\")", e.Seccomp)
+		d.problem("seccomp", "seccomp is required; name a filter file under seccomp/, e.g. seccomp: default.json")
+	case !validSeccompName(e.Seccomp):
+		d.problem("seccomp", "seccomp %q must be a plain file name under seccomp/ ending in .json (letters, digits, '.', '_', '-'; no directories, no \"..\")", e.Seccomp)
 	}
 
 	// Any egress profile may be named; loadEgress checks that it exists.
 	// Other than none, the sandbox joins the egress network and reaches
 	// only sandboxd's proxy, which applies that profile.
 	if !nameRe.MatchString(e.Egress) {
-		return d.errf(line("egress"), "egress %q is not an egress profile name; use none (no network) or the name of a file in egress/ without .yaml (1 to 63 lowercase letters, digits and '-')", e.Egress)
+		d.problem("egress", "egress %q is not an egress profile name; use none (no network) or the name of a file in egress/ without .yaml (1 to 63 lowercase letters, digits and '-')", e.Egress)
 	}
 
 	for _, r := range intRules {
 		if v := r.get(e); v < r.min || v > r.max {
-			return d.errf(line(r.path), "%s is %d; allowed is %s", r.path, v, r.allowedRange())
+			d.problem(r.path, "%s is %d; allowed is %s", r.path, v, r.allowedRange())
 		}
 	}
 	if len(e.Preload) > maxPreload {
-		return d.errf(line("preload"), "preload lists %d modules; at most %d are allowed", len(e.Preload), maxPreload)
+		d.problem("preload", "preload lists %d modules; at most %d are allowed", len(e.Preload), maxPreload)
 	}
 	for i, m := range e.Preload {
 		if !moduleRe.MatchString(m) {
-			return d.errf(line(fmt.Sprintf("preload[%d]", i)), "preload[%d] %q is not a Python module name; write dotted identifiers such as numpy or matplotlib.pyplot", i, m)
+			d.problem(fmt.Sprintf("preload[%d]", i), "preload[%d] %q is not a Python module name; write dotted identifiers such as numpy or matplotlib.pyplot", i, m)
 		}
 	}
 	for i, r := range e.Redact {
 		if err := r.Validate(); err != nil {
-			return d.errf(line(fmt.Sprintf("redact[%d]", i)), "redact[%d]: %v", i, err)
+			d.problem(fmt.Sprintf("redact[%d]", i), "redact[%d]: %v", i, err)
 		}
 	}
 	if c := e.Limits.CPUs; !(c > 0 && c <= maxCPUs) {
-		return d.errf(line("limits.cpus"), "limits.cpus is %s; allowed is more than 0 and at most %d (fractions such as 0.5 are allowed)", strconv.FormatFloat(c, 'g', -1, 64), maxCPUs)
+		d.problem("limits.cpus", "limits.cpus is %s; allowed is %s", strconv.FormatFloat(c, 'g', -1, 64), execRange("limits.cpus"))
 	}
-	return nil
+}
+
+// validSeccompName reports whether name is a plain file name of seccomp/.
+func validSeccompName(name string) bool {
+	return seccompRe.MatchString(name) && !strings.Contains(name, "..")
 }
 
 // validateUser checks a "uid:gid" string and returns what is wrong with it,

@@ -43,7 +43,7 @@ func TestProfilesCheckEgress(t *testing.T) {
 	out.Reset()
 	errb.Reset()
 	code := run([]string{"profiles", "check", dir}, &out, &errb)
-	want := filepath.Join(dir, "egress", "web.yaml") + ":5: "
+	want := filepath.Join(dir, "egress", "web.yaml") + ":5:9: "
 	if code == 0 || !strings.HasPrefix(errb.String(), want) || !strings.Contains(errb.String(), "matches every host") {
 		t.Fatalf("exit %d stderr %q; want non-zero and %q...matches every host", code, errb.String(), want)
 	}

@@ -35,7 +35,7 @@ func TestProfilesCheck(t *testing.T) {
 	out.Reset()
 	errb.Reset()
 	code := run([]string{"profiles", "check", dir}, &out, &errb)
-	want := filepath.Join(dir, "exec", "default.yaml") + ":5: "
+	want := filepath.Join(dir, "exec", "default.yaml") + ":5:14: "
 	if code == 0 || !strings.HasPrefix(errb.String(), want) || !strings.Contains(errb.String(), "memory_mb") {
 		t.Fatalf("exit %d stderr %q; want non-zero and %q...memory_mb", code, errb.String(), want)
 	}
