@@ -262,20 +262,21 @@ func (c *Checker) decideRequest(ctx context.Context, p *Profile, req Request) De
 	if !validMethod(req.Method) {
 		return d.deny(CodeBadMethod, "", fmt.Sprintf("method %q is not an HTTP method token", req.Method))
 	}
-	var t hostport.Target
-	if req.Method == http.MethodConnect {
-		hp, err := hostport.ParseAuthority(req.Target)
-		if err != nil {
-			return d.denyParse(err)
-		}
-		t.HostPort = hp
-	} else {
-		var err error
-		if t, err = hostport.ParseURL(req.Target); err != nil {
-			return d.denyParse(err)
-		}
+	t, err := parseTarget(req)
+	if err != nil {
+		return d.denyParse(err)
 	}
 	return c.decide(ctx, p, d, t, req)
+}
+
+// parseTarget normalises the target of req: an authority for CONNECT, an
+// absolute URL otherwise.
+func parseTarget(req Request) (hostport.Target, error) {
+	if req.Method == http.MethodConnect {
+		hp, err := hostport.ParseAuthority(req.Target)
+		return hostport.Target{HostPort: hp}, err
+	}
+	return hostport.ParseURL(req.Target)
 }
 
 // DecideTarget is Decide for a target already normalised by hostport (a
@@ -324,10 +325,8 @@ func (c *Checker) decide(ctx context.Context, p *Profile, d Decision, t hostport
 		}
 	}
 
-	code, ruleID, reason := comp.judge(t.Host, t.IsIP(), t.Port, d.Method)
-	if code == CodeNoRule && p.Mode == ModeApprove {
-		code, ruleID, reason = c.approval(ctx, p, &d, t, req, reason)
-	}
+	rv := c.rules(ctx, p, &d, t, req)
+	code, ruleID, reason := rv.Code, rv.Rule, rv.Reason
 	d.Rule = ruleID
 	if code != CodeAllowed {
 		if p.Mode != ModeReport {
@@ -446,17 +445,49 @@ func joinAddrs(addrs []netip.Addr) string {
 	return strings.Join(s, ", ")
 }
 
+// RuleVerdict is what a profile's rules say of a request on their own:
+// deny rules, then allow rules, and in approve mode, for a host no rule
+// matches, the host's approval. It needs no name lookup.
+type RuleVerdict struct {
+	// Code is CodeAllowed or why the rules deny (deny_rule, no_rule,
+	// port_not_allowed, method_not_allowed, approval_required, ...).
+	Code Code
+	// Rule names the deciding rule (allow[0]:name, deny[1],
+	// approval:ID), if any.
+	Rule string
+	// Pattern is the host pattern of Rule that matched the host
+	// ("*.wikipedia.org"), if a rule matched it.
+	Pattern string
+	// Reason says the same in words.
+	Reason string
+}
+
+// Allow reports whether the rules allow the request.
+func (v RuleVerdict) Allow() bool { return v.Code == CodeAllowed }
+
+// rules applies p's rules to the normalised target, and in approve mode
+// asks for the approval of a host no rule matches (which sets
+// d.ApprovalID).
+func (c *Checker) rules(ctx context.Context, p *Profile, d *Decision, t hostport.Target, req Request) RuleVerdict {
+	v := p.compiled.judge(t.Host, t.IsIP(), t.Port, d.Method)
+	if v.Code == CodeNoRule && p.Mode == ModeApprove {
+		v.Code, v.Rule, v.Reason = c.approval(ctx, p, d, t, req, v.Reason)
+	}
+	return v
+}
+
 // judge applies the rules to a normalised host, port and method: deny
 // rules first (deny wins), then allow rules. It returns CodeAllowed or why
-// not, the deciding rule and a reason.
-func (c *compiled) judge(host string, isIP bool, port uint16, method string) (Code, string, string) {
+// not, with the deciding rule, the pattern that matched and a reason.
+func (c *compiled) judge(host string, isIP bool, port uint16, method string) RuleVerdict {
 	for _, r := range c.deny {
 		pat, ok := r.matchHost(host, isIP)
 		if ok && r.matchPort(port) && r.matchMethod(method) {
-			return CodeDenyRule, r.id, fmt.Sprintf("host %s matches deny rule %s (pattern %s); deny rules win over allow rules", host, r.id, pat)
+			return RuleVerdict{CodeDenyRule, r.id, pat, fmt.Sprintf("host %s matches deny rule %s (pattern %s); deny rules win over allow rules", host, r.id, pat)}
 		}
 	}
 	var portMiss, methodMiss *rule
+	var portPat, methodPat string
 	for i := range c.allow {
 		r := &c.allow[i]
 		pat, ok := r.matchHost(host, isIP)
@@ -466,14 +497,14 @@ func (c *compiled) judge(host string, isIP bool, port uint16, method string) (Co
 		switch {
 		case !r.matchPort(port):
 			if portMiss == nil {
-				portMiss = r
+				portMiss, portPat = r, pat
 			}
 		case !r.matchMethod(method):
 			if methodMiss == nil {
-				methodMiss = r
+				methodMiss, methodPat = r, pat
 			}
 		default:
-			return CodeAllowed, r.id, fmt.Sprintf("%s %s port %d matches allow rule %s (pattern %s)", method, host, port, r.id, pat)
+			return RuleVerdict{CodeAllowed, r.id, pat, fmt.Sprintf("%s %s port %d matches allow rule %s (pattern %s)", method, host, port, r.id, pat)}
 		}
 	}
 	switch {
@@ -482,13 +513,13 @@ func (c *compiled) judge(host string, isIP bool, port uint16, method string) (Co
 		if method == http.MethodConnect {
 			msg += " (add CONNECT to the rule's methods to allow HTTPS tunnels)"
 		}
-		return CodeMethod, methodMiss.id, msg
+		return RuleVerdict{CodeMethod, methodMiss.id, methodPat, msg}
 	case portMiss != nil:
-		return CodePort, portMiss.id, fmt.Sprintf("port %d is not allowed for %s: rule %s allows ports %s", port, host, portMiss.id, portsText(portMiss.ports))
+		return RuleVerdict{CodePort, portMiss.id, portPat, fmt.Sprintf("port %d is not allowed for %s: rule %s allows ports %s", port, host, portMiss.id, portsText(portMiss.ports))}
 	case isIP:
-		return CodeNoRule, "", fmt.Sprintf("%s is an IP address; rules match host names only, so no allow rule matches it", host)
+		return RuleVerdict{Code: CodeNoRule, Reason: fmt.Sprintf("%s is an IP address; rules match host names only, so no allow rule matches it", host)}
 	}
-	return CodeNoRule, "", fmt.Sprintf("host %s matches no allow rule", host)
+	return RuleVerdict{Code: CodeNoRule, Reason: fmt.Sprintf("host %s matches no allow rule", host)}
 }
 
 func (r *rule) matchHost(host string, isIP bool) (string, bool) {

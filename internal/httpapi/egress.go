@@ -92,26 +92,38 @@ func (s *Server) evaluateProfile(c echo.Context) error {
 	// files no approval request. Self is /fetch's record of
 	// sandboxd's own listeners, so the dry run refuses them as /fetch does.
 	checker := &egress.Checker{Resolver: s.cfg.Resolver, Approvals: s.approvals.ReadOnly(), Self: s.self}
-	d := checker.Decide(ctx, p, egress.Request{Method: body.Method, Target: body.URL, Client: "evaluate"})
-	if d.Code.BadRequest() {
+	ev := checker.Evaluate(ctx, p, egress.Request{Method: body.Method, Target: body.URL, Client: "evaluate"})
+	if ev.Code.BadRequest() {
 		field := "url"
-		if d.Code == egress.CodeBadMethod {
+		if ev.Code == egress.CodeBadMethod {
 			field = "method"
 		}
-		return api.Validation(field, "%s cannot be evaluated: %s", field, d.Reason)
+		return api.Validation(field, "%s cannot be evaluated: %s", field, ev.Reason)
 	}
+	return c.JSON(http.StatusOK, EvaluationBody(&ev, p))
+}
+
+// EvaluationBody is the answer of POST /profiles/{name}/evaluate for an
+// evaluation under p; `sandboxd profiles evaluate --json` prints it too.
+func EvaluationBody(ev *egress.Evaluation, p *egress.Profile) api.EvaluateResponse {
 	out := api.EvaluateResponse{
-		Decision: d.Verdict(), Reason: d.Reason, Rule: d.Rule, Code: string(d.Code), WouldDeny: d.WouldDeny, ApprovalID: d.ApprovalID,
-		Addresses: []string{}, Host: d.Host, Port: int(d.Port),
-		Profile: api.EvaluateProfile{Name: p.Name, Version: p.Version, Mode: string(p.Mode)},
+		Decision: ev.Verdict(), Reason: ev.Reason, Rule: ev.Rule, Code: string(ev.Code), WouldDeny: ev.WouldDeny, ApprovalID: ev.ApprovalID,
+		Addresses: []string{}, Host: ev.Host, Port: int(ev.Port), Method: ev.Method,
+		Profile:      api.EvaluateProfile{Name: p.Name, Version: p.Version, Mode: string(p.Mode)},
+		AddressCheck: api.EvaluateAddressCheck{Status: ev.Address.Status, Code: string(ev.Address.Code), Reason: ev.Address.Reason},
+		Overall:      ev.Overall, Summary: ev.Summary(),
 	}
-	for _, a := range d.Addresses {
+	if ev.RulesChecked {
+		r := ev.Rules
+		out.Rules = &api.EvaluateRules{Verdict: r.Verdict(), Code: string(r.Code), Rule: r.Rule, Pattern: r.Pattern, Reason: r.Reason}
+	}
+	for _, a := range ev.Addresses {
 		out.Addresses = append(out.Addresses, a.String())
 	}
-	if d.Dial.IsValid() {
-		out.Dial = d.Dial.String()
+	if ev.Dial.IsValid() {
+		out.Dial = ev.Dial.String()
 	}
-	return c.JSON(http.StatusOK, out)
+	return out
 }
 
 // yamlView renders a profile value under its YAML keys, so that the API

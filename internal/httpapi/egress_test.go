@@ -207,3 +207,82 @@ func TestEvaluate(t *testing.T) {
 		})
 	}
 }
+
+// The evaluation reports the rules' verdict (with the pattern that
+// matched) apart from the address check, so that a lookup that fails where
+// sandboxd runs does not hide what the rules say; the method is taken in
+// upper case.
+func TestEvaluateRulesApartFromAddressCheck(t *testing.T) {
+	f := newEgressFixture(t)
+	cases := []struct {
+		name, body               string
+		decision, code           string
+		rules, ruleCode, pattern string // rules "" means no rules object
+		address, addressCode     string
+		overall                  string
+		summary                  []string
+	}{
+		{"allowed", `{"url":"https://en.wikipedia.org/"}`, "allow", "allowed",
+			"allow", "allowed", "*.wikipedia.org", "passed", "", "allow",
+			[]string{"rules: allow (allow[0]:reference, pattern *.wikipedia.org)", "address check: passed", "overall: allow"}},
+		{"unresolvable allowed host", `{"url":"https://de.wikipedia.org/wiki/Go"}`, "deny", "resolve_failed",
+			"allow", "allowed", "*.wikipedia.org", "unresolved", "resolve_failed", "at_connect",
+			[]string{"rules: allow (allow[0]:reference, pattern *.wikipedia.org)", "address check: could not resolve de.wikipedia.org", "overall: decided at connect time"}},
+		{"exact pattern", `{"url":"https://arxiv.org/abs/1"}`, "deny", "resolve_failed",
+			"allow", "allowed", "arxiv.org", "unresolved", "resolve_failed", "at_connect", nil},
+		{"lower-case method", `{"url":"https://en.wikipedia.org/","method":"get"}`, "allow", "allowed",
+			"allow", "allowed", "*.wikipedia.org", "passed", "", "allow", nil},
+		{"lower-case connect", `{"url":"en.wikipedia.org:443","method":"connect"}`, "allow", "allowed",
+			"allow", "allowed", "*.wikipedia.org", "passed", "", "allow", nil},
+		{"method the rule lacks", `{"url":"https://de.wikipedia.org/","method":"post"}`, "deny", "method_not_allowed",
+			"deny", "method_not_allowed", "*.wikipedia.org", "not_checked", "", "deny",
+			[]string{"rules: deny (allow[0]:reference, pattern *.wikipedia.org)", "address check: not checked"}},
+		{"deny rule", `{"url":"https://gist.github.com/"}`, "deny", "deny_rule",
+			"deny", "deny_rule", "gist.github.com", "not_checked", "", "deny", nil},
+		{"no rule", `{"url":"https://evil.example/"}`, "deny", "no_rule",
+			"deny", "no_rule", "", "not_checked", "", "deny", []string{"rules: deny (no_rule)"}},
+		{"private answer", `{"url":"https://internal.wikipedia.org/"}`, "deny", "denied_address",
+			"allow", "allowed", "*.wikipedia.org", "denied", "denied_address", "deny", []string{"address check: denied (denied_address)"}},
+		{"metadata literal", `{"url":"http://169.254.169.254/latest/meta-data/"}`, "deny", "denied_address",
+			"deny", "no_rule", "", "denied", "denied_address", "deny", nil},
+		{"denied name", `{"url":"http://metadata.google.internal/"}`, "deny", "denied_name",
+			"deny", "no_rule", "", "denied", "denied_name", "deny", nil},
+		{"file scheme", `{"url":"file:///etc/passwd"}`, "deny", "scheme_not_allowed",
+			"", "", "", "not_checked", "", "deny", []string{"rules: not checked"}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			code, body := f.do(t, "POST", "/profiles/web-research/evaluate", egressKeySecurity, tc.body)
+			if code != 200 {
+				t.Fatalf("status %d %v", code, body)
+			}
+			if body["decision"] != tc.decision || body["code"] != tc.code || body["overall"] != tc.overall {
+				t.Errorf("decision %v code %v overall %v, want %s %s %s", body["decision"], body["code"], body["overall"], tc.decision, tc.code, tc.overall)
+			}
+			rules, _ := body["rules"].(map[string]any)
+			switch {
+			case tc.rules == "" && rules != nil:
+				t.Errorf("rules %v, want none", rules)
+			case tc.rules != "" && (rules == nil || rules["verdict"] != tc.rules || rules["code"] != tc.ruleCode || (rules["pattern"] != nil && rules["pattern"] != tc.pattern) || (rules["pattern"] == nil && tc.pattern != "")):
+				t.Errorf("rules %v, want %s %s pattern %q", rules, tc.rules, tc.ruleCode, tc.pattern)
+			}
+			ac := body["address_check"].(map[string]any)
+			if ac["status"] != tc.address || (tc.addressCode != "" && ac["code"] != tc.addressCode) || ac["reason"] == "" {
+				t.Errorf("address_check %v, want %s %s", ac, tc.address, tc.addressCode)
+			}
+			if m := body["method"].(string); m != strings.ToUpper(m) {
+				t.Errorf("method %q is not upper case", m)
+			}
+			for _, w := range tc.summary {
+				if !strings.Contains(body["summary"].(string), w) {
+					t.Errorf("summary %q does not say %q", body["summary"], w)
+				}
+			}
+		})
+	}
+	// A method that is not a token is refused as the method's fault.
+	code, body := f.do(t, "POST", "/profiles/web-research/evaluate", egressKeySecurity, `{"url":"https://en.wikipedia.org/","method":"g t"}`)
+	if e, _ := body["error"].(map[string]any); code != 400 || e["code"] != "VALIDATION" || e["field"] != "method" {
+		t.Errorf("non-token method: %d %v, want 400 VALIDATION field method", code, body)
+	}
+}
