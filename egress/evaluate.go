@@ -77,7 +77,7 @@ func (c *Checker) Evaluate(ctx context.Context, p *Profile, req Request) Evaluat
 	req.Method = strings.ToUpper(req.Method)
 	ev := Evaluation{Decision: c.decideRequest(ctx, p, req)}
 	d := &ev.Decision
-	ev.Address = AddressCheck{Status: AddressNotChecked, Reason: "not checked: the request was refused before its addresses were looked at"}
+	ev.Address = AddressCheck{Status: AddressNotChecked, Reason: "the request was refused before its addresses were looked at"}
 	ev.Overall = OverallDeny
 	if d.Allow {
 		ev.Overall = OverallAllow
@@ -98,7 +98,7 @@ func (c *Checker) Evaluate(ctx context.Context, p *Profile, req Request) Evaluat
 		if len(d.Addresses) > 0 {
 			ev.Address = AddressCheck{Status: AddressPassed, Reason: addressesReason(p, t.Host, t.IsIP(), d.Addresses)}
 		} else {
-			ev.Address.Reason = "not looked up: the rules deny the request, and a name the rules deny is never resolved"
+			ev.Address.Reason = "the rules deny the request, and a name the rules deny is never resolved"
 		}
 	}
 	return ev
@@ -140,14 +140,20 @@ func (ev *Evaluation) Summary() string {
 	case AddressNotChecked:
 		addr = "not checked"
 	}
-	overall := ev.Overall
+	return fmt.Sprintf("rules: %s; address check: %s; overall: %s", rules, addr, ev.OverallText())
+}
+
+// OverallText says the overall verdict in words: "allow", "deny", "allow
+// (report mode: enforce would deny)" or, when the name could not be
+// resolved, that it is decided at connect time and how.
+func (ev *Evaluation) OverallText() string {
 	switch {
 	case ev.Overall == OverallAtConnect:
-		overall = "decided at connect time: allowed if every address " + ev.Host + " then resolves to is outside the always-denied ranges"
+		return "decided at connect time: allowed if every address " + ev.Host + " then resolves to is outside the always-denied ranges"
 	case ev.WouldDeny:
-		overall += " (report mode: enforce would deny)"
+		return ev.Overall + " (report mode: enforce would deny)"
 	}
-	return fmt.Sprintf("rules: %s; address check: %s; overall: %s", rules, addr, overall)
+	return ev.Overall
 }
 
 // Verdict returns "allow" or "deny".

@@ -189,7 +189,7 @@ func (d *decoder) decodeStruct(n *yaml.Node, rv reflect.Value, path string) {
 			if guess != "" {
 				guessed = append(guessed, guess)
 			}
-			d.fail(at(k), "unknown key %q%s%s; allowed keys: %s", k.Value, where, hint, strings.Join(keys, ", "))
+			d.fail(at(k), "unknown key %q%s%s (allowed keys: %s)", k.Value, where, hint, strings.Join(keys, ", "))
 			continue
 		}
 		full := join(path, k.Value)
@@ -257,17 +257,14 @@ func (d *decoder) decodeValue(v *yaml.Node, fv reflect.Value, path string) {
 }
 
 func (d *decoder) decodeDuration(v *yaml.Node, fv reflect.Value, path string) {
-	want := "a duration such as 5s, 500ms or 2m"
-	if r := d.rangeOf(stripIndices(path)); r != "" {
-		want += " (allowed: " + r + ")"
-	}
+	const want = "a duration such as 5s, 500ms or 2m"
 	if v.Kind != yaml.ScalarNode || v.ShortTag() != "!!str" {
 		d.typeErr(v, path, want)
 		return
 	}
 	x, err := time.ParseDuration(v.Value)
 	if err != nil {
-		d.refuse(path, at(v), "%s is %q, which is not a duration; it must be %s", path, v.Value, want)
+		d.refuse(path, at(v), "%s is %q, which is not a duration; write it like 5s, 500ms or 2m%s", path, v.Value, d.allowed(path))
 		return
 	}
 	fv.SetInt(int64(x))
@@ -360,21 +357,22 @@ func listOf(t reflect.Type) string {
 // and for a string that reads as a size or a duration ("10MB", "10s") the
 // number to write instead.
 func (d *decoder) typeErr(v *yaml.Node, path, want string) {
-	if r := d.rangeOf(stripIndices(path)); r != "" && (want == "a whole number" || want == "a number") {
-		want += " (allowed: " + r + ")"
-	}
+	allowed := d.allowed(path)
 	if v.Kind == yaml.ScalarNode && v.ShortTag() == "!!null" {
-		d.refuse(path, at(v), "%s has no value; it must be %s (remove the key to use the default)", path, want)
+		d.refuse(path, at(v), "%s has no value; it must be %s (remove the key to use the default)%s", path, want, allowed)
 		return
 	}
 	hint := ""
-	switch {
-	case want == "a string" && v.Kind == yaml.ScalarNode:
+	switch tag := v.ShortTag(); {
+	case v.Kind != yaml.ScalarNode:
+	case want == "a string":
 		hint = "; put it in quotes"
-	case v.Kind == yaml.ScalarNode && v.ShortTag() == "!!str":
+	case tag == "!!str":
 		hint = numberHint(path, v.Value)
+	case strings.HasPrefix(want, "a duration") && (tag == "!!int" || tag == "!!float"):
+		hint = fmt.Sprintf("; durations need a unit, as in %ss or %sms", v.Value, v.Value)
 	}
-	d.refuse(path, at(v), "%s must be %s, got %s%s", path, want, describe(v), hint)
+	d.refuse(path, at(v), "%s must be %s, got %s%s%s", path, want, describe(v), allowed, hint)
 }
 
 // sizeRe matches a size with a unit: 10MB, 1.5 GiB, 64k.

@@ -61,6 +61,26 @@ func loadEgress(dir string) (map[string]*egress.Profile, []string, []Warning, Er
 	return out, names, warnings, errs
 }
 
+// LoadEgressFile reads and validates one egress profile file on its own,
+// for trying a draft before it ships (`sandboxd profiles evaluate`): the
+// rest of its profiles dir is not read. The file must be NAME.yaml and
+// say name: NAME. It returns the compiled profile and its warnings, or
+// every problem as Errors.
+func LoadEgressFile(file string) (*egress.Profile, []Warning, error) {
+	data, err := os.ReadFile(file)
+	if err != nil {
+		return nil, nil, Errors{{File: file, Msg: fmt.Sprintf("cannot read the egress profile: %v", unwrapPath(err))}}
+	}
+	if filepath.Ext(file) != ".yaml" {
+		return nil, nil, Errors{{File: file, Msg: "egress profiles must end in .yaml"}}
+	}
+	p, warnings, errs := parseEgress(file, data)
+	if len(errs) > 0 {
+		return nil, nil, errs
+	}
+	return p, warnings, nil
+}
+
 // checkExecEgress checks that every exec profile names a loaded egress
 // profile. One that names an egress file with problems of its own is not
 // reported again.

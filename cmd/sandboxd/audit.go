@@ -20,12 +20,15 @@ const auditUsage = "usage: sandboxd audit verify --data-dir DIR [--anchor SEQ:HA
 // exits 1 at the first break (0: intact), printing a JSON report. It reads
 // while sandboxd runs (SQLite WAL).
 func auditCmd(args []string, stdout, stderr io.Writer) int {
+	if groupHelp(args) {
+		fmt.Fprint(stdout, auditUsage)
+		return 0
+	}
 	if len(args) == 0 || args[0] != "verify" {
 		fmt.Fprint(stderr, auditUsage)
 		return 2
 	}
 	fs := flag.NewFlagSet("audit verify", flag.ContinueOnError)
-	fs.SetOutput(stderr)
 	dir := fs.String("data-dir", envDefault("DATA_DIR", "./data"), "sandboxd's data directory (env SANDBOXD_DATA_DIR)")
 	var anchors []audit.Anchor
 	fs.Func("anchor", "SEQ:HASH of a record kept outside the log (the \"audit head\" log line's anchor); the record must be there with that hash. Repeatable", func(v string) error {
@@ -36,8 +39,8 @@ func auditCmd(args []string, stdout, stderr io.Writer) int {
 		anchors = append(anchors, a)
 		return nil
 	})
-	if err := fs.Parse(args[1:]); err != nil {
-		return 2
+	if done, code := parseFlags(fs, args[1:], auditUsage, stdout, stderr); done {
+		return code
 	}
 	if fs.NArg() > 0 {
 		fmt.Fprintf(stderr, "sandboxd audit verify: unexpected argument %q\n%s", fs.Arg(0), auditUsage)

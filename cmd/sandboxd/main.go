@@ -3,6 +3,7 @@
 //
 //	sandboxd serve [--addr 127.0.0.1:8080] [--data-dir ./data] [--profiles-dir ./profiles] [--keys-file FILE]
 //	sandboxd profiles check DIR
+//	sandboxd profiles evaluate [--json] [--no-resolve] DIR NAME URL [METHOD]
 //	sandboxd version
 package main
 
@@ -46,11 +47,13 @@ var version = "dev"
 
 const usage = `usage:
   sandboxd serve [flags]          run the HTTP service (sandboxd serve -h lists the flags)
-  sandboxd profiles check DIR     validate every profile under DIR
+  sandboxd profiles check DIR     validate every profile under DIR; every problem of every file, as FILE:LINE:COLUMN: problem
+  sandboxd profiles evaluate DIR NAME URL [METHOD]   the decision egress profile NAME (a draft too) makes on a request, without connecting
   sandboxd seccomp check [FILE]   compile a seccomp profile for this host (default profiles/seccomp/default.json)
   sandboxd audit verify --data-dir DIR   walk the audit log's hash chain; exit 1 at the first break
   sandboxd mcp [--url URL]        serve the agent tools over MCP on stdio (key: SANDBOXD_KEY or --key-file)
   sandboxd version                print the version
+Every command takes -h or --help.
 `
 
 func main() {
@@ -72,28 +75,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	case "audit":
 		return auditCmd(args[1:], stdout, stderr)
 	case "profiles":
-		if len(args) != 3 || args[1] != "check" {
-			fmt.Fprint(stderr, "usage: sandboxd profiles check DIR\n")
-			return 2
-		}
-		set, err := profiles.Load(args[2])
-		if err != nil {
-			fmt.Fprintln(stderr, err)
-			return 1
-		}
-		for _, name := range set.Names() {
-			p := set.Exec[name]
-			fmt.Fprintf(stdout, "%s: exec profile %q ok (version %s)\n", p.Source, name, p.Version[:12])
-		}
-		for _, name := range set.EgressNames() {
-			p := set.Egress[name]
-			src := p.Source
-			if src == "" {
-				src = filepath.Join(args[2], "egress", name+".yaml (absent: built in)")
-			}
-			fmt.Fprintf(stdout, "%s: egress profile %q ok (mode %s, version %s)\n", src, name, p.Mode, p.Version[:12])
-		}
-		return 0
+		return profilesCmd(args[1:], stdout, stderr, nil) // profiles.go
 	case "version", "--version", "-v":
 		fmt.Fprintf(stdout, "sandboxd %s %s %s/%s\n", version, runtime.Version(), runtime.GOOS, runtime.GOARCH)
 		return 0
@@ -262,6 +244,7 @@ func serveWith(cfg *serveConfig, log *slog.Logger, console io.Writer) error {
 	if err != nil {
 		return fmt.Errorf("loading profiles: %w", err)
 	}
+	logProfileWarnings(log, set)
 	current := &atomic.Pointer[profiles.Set]{}
 	current.Store(set)
 	// SIGHUP reloads the profiles; caught from the start so that an early

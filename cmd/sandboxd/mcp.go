@@ -38,13 +38,11 @@ Diagnostics go to stderr.
 // mcpCmd runs `sandboxd mcp`.
 func mcpCmd(args []string, stdin io.ReadCloser, stdout io.WriteCloser, stderr io.Writer) int {
 	fs := flag.NewFlagSet("mcp", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	fs.Usage = func() { fmt.Fprint(stderr, mcpUsage); fs.PrintDefaults() }
 	baseURL := fs.String("url", envDefault("URL", "http://127.0.0.1:8080"), "base URL of the running sandboxd (SANDBOXD_URL)")
 	keyFile := fs.String("key-file", "", "file holding the API key (default: the environment variable SANDBOXD_KEY)")
 	session := fs.String("session", "", "X-Session-Id sent with every call: the agent session that session budgets and the loop guard count")
-	if err := fs.Parse(args); err != nil {
-		return 2
+	if done, code := parseFlags(fs, args, mcpUsage, stdout, stderr); done {
+		return code
 	}
 	if fs.NArg() > 0 {
 		fmt.Fprintf(stderr, "sandboxd mcp: unexpected arguments %q\n", fs.Args())

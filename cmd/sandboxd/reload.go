@@ -138,6 +138,7 @@ func (r *reloader) reload(reason string, force bool) bool {
 		return false
 	}
 	r.cur.Store(set)
+	logProfileWarnings(r.log, set)
 	changed, added, removed := diffSets(old, set)
 	r.record(&audit.Record{Kind: audit.KindProfileReload, Subject: r.dir, Status: "ok", Detail: map[string]string{
 		"reason": reason, "changed": strings.Join(changed, ","), "added": strings.Join(added, ","), "removed": strings.Join(removed, ","),

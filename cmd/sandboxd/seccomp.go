@@ -32,6 +32,13 @@ const defaultSeccompFile = "profiles/seccomp/default.json"
 const seccompUsage = "usage: sandboxd seccomp check [FILE]   (default " + defaultSeccompFile + ")\n"
 
 func seccompCmd(args []string, stdout, stderr io.Writer) int {
+	if groupHelp(args) || asksHelp(args) {
+		fmt.Fprint(stdout, seccompUsage)
+		return 0
+	}
+	if len(args) > 1 && args[1] == "--" {
+		args = append(args[:1], args[2:]...)
+	}
 	if len(args) == 0 || args[0] != "check" || len(args) > 2 {
 		fmt.Fprint(stderr, seccompUsage)
 		return 2
