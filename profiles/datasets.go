@@ -58,8 +58,12 @@ func loadDatasets(dir string) (map[string]*Dataset, Errors) {
 	if err != nil {
 		return out, Errors{{File: dsDir, Msg: fmt.Sprintf("cannot read the datasets dir: %v", unwrapPath(err))}}
 	}
-	files, errs := readYAMLFiles(dsDir, entries, "datasets", "dataset")
-	for _, f := range files {
+	var errs Errors
+	for _, f := range readYAMLFiles(dsDir, entries, "datasets", "dataset") {
+		if f.err != nil {
+			errs = append(errs, f.err)
+			continue
+		}
 		ds, ferrs := parseDataset(f.path, f.data)
 		if len(ferrs) > 0 {
 			errs = append(errs, ferrs...)

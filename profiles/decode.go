@@ -412,20 +412,21 @@ func numberHint(path, s string) string {
 // describe names what a node holds, for error messages.
 func describe(n *yaml.Node) string { return yamlfile.Describe(n) }
 
-// yamlFile is one file of a profiles subdirectory.
+// yamlFile is one file of a profiles subdirectory: its content, or the
+// problem that keeps it from being read.
 type yamlFile struct {
 	path string
 	data []byte
+	err  *Error
 }
 
 // readYAMLFiles reads the *.yaml files among entries (a listing of dir, in
 // name order), skipping directories and dot files. A *.yml file is refused
-// rather than silently ignored, as is a file that cannot be read; the
-// others are returned all the same. kind names the files in errors ("exec
-// profiles"), item one of them ("profile").
-func readYAMLFiles(dir string, entries []os.DirEntry, kind, item string) ([]yamlFile, Errors) {
+// rather than silently ignored, as is a file that cannot be read: they are
+// returned in their place with err set. kind names the files in errors
+// ("exec profiles"), item one of them ("profile").
+func readYAMLFiles(dir string, entries []os.DirEntry, kind, item string) []yamlFile {
 	var out []yamlFile
-	var errs Errors
 	for _, ent := range entries {
 		name := ent.Name()
 		if ent.IsDir() || strings.HasPrefix(name, ".") {
@@ -435,17 +436,17 @@ func readYAMLFiles(dir string, entries []os.DirEntry, kind, item string) ([]yaml
 		switch filepath.Ext(name) {
 		case ".yaml":
 		case ".yml":
-			errs = append(errs, &Error{File: file, Msg: fmt.Sprintf("%s must end in .yaml; rename it to %s.yaml", kind, strings.TrimSuffix(name, ".yml"))})
+			out = append(out, yamlFile{path: file, err: &Error{File: file, Msg: fmt.Sprintf("%s must end in .yaml; rename it to %s.yaml", kind, strings.TrimSuffix(name, ".yml"))}})
 			continue
 		default:
 			continue
 		}
 		data, err := os.ReadFile(file)
 		if err != nil {
-			errs = append(errs, &Error{File: file, Msg: fmt.Sprintf("cannot read %s: %v", item, unwrapPath(err))})
+			out = append(out, yamlFile{path: file, err: &Error{File: file, Msg: fmt.Sprintf("cannot read %s: %v", item, unwrapPath(err))}})
 			continue
 		}
 		out = append(out, yamlFile{path: file, data: data})
 	}
-	return out, errs
+	return out
 }

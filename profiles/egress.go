@@ -41,11 +41,13 @@ func loadEgress(dir string) (map[string]*egress.Profile, []string, []Warning, Er
 	if err != nil && !errors.Is(err, os.ErrNotExist) {
 		errs = append(errs, &Error{File: egressDir, Msg: fmt.Sprintf("cannot read the egress profiles dir: %v", unwrapPath(err))})
 	}
-	files, more := readYAMLFiles(egressDir, entries, "egress profiles", "profile")
-	errs = append(errs, more...)
 	var names []string
 	var warnings []Warning
-	for _, f := range files {
+	for _, f := range readYAMLFiles(egressDir, entries, "egress profiles", "profile") {
+		if f.err != nil {
+			errs = append(errs, f.err)
+			continue
+		}
 		names = append(names, strings.TrimSuffix(filepath.Base(f.path), ".yaml"))
 		p, w, ferrs := parseEgress(f.path, f.data)
 		if len(ferrs) > 0 {

@@ -123,9 +123,13 @@ func loadExec(dir string) (map[string]*Exec, []string, Errors) {
 		return out, nil, Errors{{File: execDir, Msg: fmt.Sprintf("cannot read the exec profiles dir: %v; the profiles dir must hold exec/default.yaml", unwrapPath(err))}}
 	}
 	seccomp := seccompLoader(filepath.Join(dir, "seccomp"))
-	files, errs := readYAMLFiles(execDir, entries, "exec profiles", "profile")
+	var errs Errors
 	var names []string
-	for _, f := range files {
+	for _, f := range readYAMLFiles(execDir, entries, "exec profiles", "profile") {
+		if f.err != nil {
+			errs = append(errs, f.err)
+			continue
+		}
 		names = append(names, strings.TrimSuffix(filepath.Base(f.path), ".yaml"))
 		e, ferrs := parseExec(f.path, f.data, seccomp)
 		if len(ferrs) > 0 {

@@ -23,7 +23,7 @@ func Suggest(word string, known []string) string {
 			tie = true
 		}
 	}
-	if best == "" || tie || 2*bestDist >= len(w) {
+	if best == "" || tie || 2*bestDist > len(w) {
 		return ""
 	}
 	return best
