@@ -485,7 +485,7 @@ func TestSeccompFileErrors(t *testing.T) {
 		{"allow by default", `{"defaultAction": "SCMP_ACT_ALLOW"}`, 0, []string{`defaultAction "SCMP_ACT_ALLOW" is not allowed`, "SCMP_ACT_ERRNO"}},
 		{"log by default", `{"defaultAction": "SCMP_ACT_LOG"}`, 0, []string{"is not allowed"}},
 		{"unknown field", "{\n\"defaultAction\": \"SCMP_ACT_ERRNO\",\n\"flags\": [\"SECCOMP_FILTER_FLAG_LOG\"]\n}", 3, []string{`unknown field "flags"`, "Docker Engine 20.10"}},
-		{"misspelt syscalls", "{\"defaultAction\": \"SCMP_ACT_ERRNO\",\n \"syscals\": []}", 2, []string{`unknown field "syscals"`}},
+		{"misspelt syscalls", "{\"defaultAction\": \"SCMP_ACT_ERRNO\",\n \"syscals\": []}", 2, []string{`unknown field "syscals"; did you mean syscalls?`}},
 		{"unknown rule field", `{"defaultAction": "SCMP_ACT_ERRNO", "syscalls": [{"names": ["read"], "action": "SCMP_ACT_ALLOW", "arg": []}]}`, 1, []string{`unknown field "arg"`}},
 		{"wrong type", "{\"defaultAction\": \"SCMP_ACT_ERRNO\",\n\"syscalls\": {}}", 2, []string{"syscalls has the wrong type", "want an array"}},
 		{"errno not EPERM", "{\"defaultAction\": \"SCMP_ACT_ERRNO\",\n\"defaultErrnoRet\": 38}", 2, []string{"defaultErrnoRet 38 would be ignored", "EPERM"}},

@@ -10,6 +10,8 @@ import (
 	"regexp"
 	"slices"
 	"strings"
+
+	"github.com/sandboxd/sandboxd/internal/yamlfile"
 )
 
 // The structs below mirror the seccomp profile format that Docker Engine
@@ -152,6 +154,12 @@ func keys(m map[string]bool) string {
 	return strings.Join(slices.Sorted(maps.Keys(m)), ", ")
 }
 
+// seccompFields are the fields of a seccomp file and of its rules, for
+// "did you mean" hints.
+var seccompFields = []string{"defaultAction", "defaultErrnoRet", "architectures", "archMap", "syscalls",
+	"architecture", "subArchitectures", "name", "names", "action", "errnoRet", "args", "comment", "includes", "excludes",
+	"index", "value", "valueTwo", "op", "caps", "arches", "minKernel"}
+
 // seccompDecodeError turns a JSON decoding error into an *Error with the
 // line it happened on, where the decoder tells.
 func seccompDecodeError(file string, data []byte, err error) error {
@@ -170,7 +178,11 @@ func seccompDecodeError(file string, data []byte, err error) error {
 		return &Error{File: file, Line: lineAt(data, typ.Offset), Msg: fmt.Sprintf("field %s has the wrong type: got a JSON %s, want %s", field, typ.Value, jsonKind(typ.Type.String()))}
 	}
 	if m := unknownField.FindStringSubmatch(err.Error()); m != nil {
-		return &Error{File: file, Line: lineOfKey(data, m[1]), Msg: fmt.Sprintf("unknown field %q; allowed fields: defaultAction, defaultErrnoRet, architectures, archMap, syscalls (with names, action, args, errnoRet, comment, includes, excludes) — fields that Docker Engine 20.10 would ignore are refused", m[1])}
+		hint := ""
+		if g := yamlfile.Suggest(m[1], seccompFields); g != "" {
+			hint = "; did you mean " + g + "?"
+		}
+		return &Error{File: file, Line: lineOfKey(data, m[1]), Msg: fmt.Sprintf("unknown field %q%s; allowed fields: defaultAction, defaultErrnoRet, architectures, archMap, syscalls (with names, action, args, errnoRet, comment, includes, excludes) — fields that Docker Engine 20.10 would ignore are refused", m[1], hint)}
 	}
 	if errors.Is(err, io.ErrUnexpectedEOF) {
 		return &Error{File: file, Line: lineAt(data, int64(len(data))), Msg: "invalid JSON: the file ends in the middle of a value"}

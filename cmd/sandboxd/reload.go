@@ -127,7 +127,11 @@ func (r *reloader) reload(reason string, force bool) bool {
 		attrs := []any{"reason", reason, "err", err.Error(), "dir", r.dir, "kept", "the last good profiles stay in force"}
 		var perr *profiles.Error
 		if errors.As(err, &perr) {
-			attrs = append(attrs, "file", perr.File, "line", perr.Line)
+			attrs = append(attrs, "file", perr.File, "line", perr.Line, "column", perr.Column)
+		}
+		var all profiles.Errors
+		if errors.As(err, &all) {
+			attrs = append(attrs, "problems", len(all))
 		}
 		if old != nil {
 			attrs = append(attrs, "exec_versions", versions(old, false), "egress_versions", versions(old, true))

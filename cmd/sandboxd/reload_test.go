@@ -100,3 +100,43 @@ func toStrings(v any) []string {
 	}
 	return out
 }
+
+// The warnings of a set that loads are logged at every reload, with the
+// entry's file, line and column; a reload that fails counts its problems.
+func TestReloadLogsWarningsAndProblems(t *testing.T) {
+	dir := t.TempDir()
+	seccomp, err := os.ReadFile("../../profiles/seccomp/default.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	writeFile(t, filepath.Join(dir, "seccomp/default.json"), string(seccomp))
+	writeFile(t, filepath.Join(dir, "exec/default.yaml"), "name: default\nimage: sandboxd/python:3.11\nseccomp: default.json\n")
+	set, err := profiles.Load(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cur := &atomic.Pointer[profiles.Set]{}
+	cur.Store(set)
+	logs := &logbuf.Buffer{}
+	r := newReloader(dir, cur, slog.New(slog.NewJSONHandler(logs, nil)), nil)
+
+	file := filepath.Join(dir, "egress/lan.yaml")
+	writeFile(t, file, "name: lan\nallow:\n  - hosts: [a.example]\nallow_cidrs: [169.254.169.254/32]\n")
+	if !r.reload("SIGHUP", true) {
+		t.Fatal("a good set was not put in force")
+	}
+	w := logs.Records("profile warning")
+	if len(w) != 1 || w[0]["file"] != file || w[0]["line"] != float64(4) || w[0]["column"] != float64(15) ||
+		!strings.Contains(w[0]["warning"].(string), "opens the cloud metadata service") {
+		t.Fatalf("warning lines %v", w)
+	}
+
+	writeFile(t, file, "name: lan\nmode: x\nallow: 5\n")
+	if r.reload("SIGHUP", true) {
+		t.Fatal("a bad set was put in force")
+	}
+	f := logs.Records("profile reload failed")
+	if len(f) != 1 || f[0]["problems"] != float64(2) || f[0]["line"] != float64(2) || f[0]["column"] != float64(7) {
+		t.Fatalf("failure lines %v", f)
+	}
+}
