@@ -2,7 +2,6 @@ package main
 
 import (
 	"bytes"
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -20,26 +19,7 @@ func TestProfilesCheckEgress(t *testing.T) {
 		}
 	}
 
-	dir := t.TempDir()
-	for _, d := range []string{"exec", "seccomp", "egress"} {
-		if err := os.MkdirAll(filepath.Join(dir, d), 0o755); err != nil {
-			t.Fatal(err)
-		}
-	}
-	seccomp, err := os.ReadFile("../../profiles/seccomp/default.json")
-	if err != nil {
-		t.Fatal(err)
-	}
-	files := map[string]string{
-		"seccomp/default.json": string(seccomp),
-		"exec/default.yaml":    "name: default\nimage: sandboxd/python:3.11\nseccomp: default.json\n",
-		"egress/web.yaml":      "name: web\nallow:\n  - hosts:\n      - example.com\n      - \"*\"\n",
-	}
-	for name, content := range files {
-		if err := os.WriteFile(filepath.Join(dir, name), []byte(content), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
+	dir := scratchDir(t, map[string]string{"egress/web.yaml": "name: web\nallow:\n  - hosts:\n      - example.com\n      - \"*\"\n"})
 	out.Reset()
 	errb.Reset()
 	code := run([]string{"profiles", "check", dir}, &out, &errb)

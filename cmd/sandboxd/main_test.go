@@ -2,7 +2,6 @@ package main
 
 import (
 	"bytes"
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -17,21 +16,8 @@ func TestProfilesCheck(t *testing.T) {
 		t.Fatalf("output %q", out.String())
 	}
 
-	// A bad value is reported as file:line: problem, with a non-zero exit.
-	dir := t.TempDir()
-	if err := os.MkdirAll(filepath.Join(dir, "exec"), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.MkdirAll(filepath.Join(dir, "seccomp"), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	seccomp, err := os.ReadFile("../../profiles/seccomp/default.json")
-	if err != nil {
-		t.Fatal(err)
-	}
-	_ = os.WriteFile(filepath.Join(dir, "seccomp", "default.json"), seccomp, 0o644)
-	bad := "name: default\nimage: sandboxd/python:3.11\nseccomp: default.json\nlimits:\n  memory_mb: 999999\n"
-	_ = os.WriteFile(filepath.Join(dir, "exec", "default.yaml"), []byte(bad), 0o644)
+	// A bad value is reported as file:line:column: problem, with a non-zero exit.
+	dir := scratchDir(t, map[string]string{"exec/default.yaml": "name: default\nimage: sandboxd/python:3.11\nseccomp: default.json\nlimits:\n  memory_mb: 999999\n"})
 	out.Reset()
 	errb.Reset()
 	code := run([]string{"profiles", "check", dir}, &out, &errb)

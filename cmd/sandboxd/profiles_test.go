@@ -30,15 +30,8 @@ func scratchDir(t *testing.T, files map[string]string) string {
 		all[k] = v
 	}
 	for name, content := range all {
-		if content == "" {
-			continue // "" removes a default file
-		}
-		p := filepath.Join(dir, filepath.FromSlash(name))
-		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(p, []byte(content), 0o644); err != nil {
-			t.Fatal(err)
+		if content != "" { // "" removes a default file
+			writeFile(t, filepath.Join(dir, filepath.FromSlash(name)), content) // egress_e2e_test.go
 		}
 	}
 	return dir

@@ -26,15 +26,9 @@ func TestReloader(t *testing.T) {
 	good := "name: default\nimage: sandboxd/python:3.11\nseccomp: default.json\nlimits:\n  timeout_ms: 5000\n"
 	file := filepath.Join(dir, "exec/default.yaml")
 	writeFile(t, file, good)
-	set, err := profiles.Load(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cur := &atomic.Pointer[profiles.Set]{}
-	cur.Store(set)
-	logs := &logbuf.Buffer{}
 	applied := 0
-	r := newReloader(dir, cur, slog.New(slog.NewJSONHandler(logs, nil)), func(old, set *profiles.Set) { applied++ })
+	r, cur, logs := testReloader(t, dir, func(old, set *profiles.Set) { applied++ })
+	set := cur.Load()
 
 	if r.reload("file change", false) {
 		t.Fatal("reloaded an unchanged dir")
@@ -104,21 +98,8 @@ func toStrings(v any) []string {
 // The warnings of a set that loads are logged at every reload, with the
 // entry's file, line and column; a reload that fails counts its problems.
 func TestReloadLogsWarningsAndProblems(t *testing.T) {
-	dir := t.TempDir()
-	seccomp, err := os.ReadFile("../../profiles/seccomp/default.json")
-	if err != nil {
-		t.Fatal(err)
-	}
-	writeFile(t, filepath.Join(dir, "seccomp/default.json"), string(seccomp))
-	writeFile(t, filepath.Join(dir, "exec/default.yaml"), "name: default\nimage: sandboxd/python:3.11\nseccomp: default.json\n")
-	set, err := profiles.Load(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cur := &atomic.Pointer[profiles.Set]{}
-	cur.Store(set)
-	logs := &logbuf.Buffer{}
-	r := newReloader(dir, cur, slog.New(slog.NewJSONHandler(logs, nil)), nil)
+	dir := scratchDir(t, nil) // profiles_test.go
+	r, _, logs := testReloader(t, dir, nil)
 
 	file := filepath.Join(dir, "egress/lan.yaml")
 	writeFile(t, file, "name: lan\nallow:\n  - hosts: [a.example]\nallow_cidrs: [169.254.169.254/32]\n")
@@ -139,4 +120,18 @@ func TestReloadLogsWarningsAndProblems(t *testing.T) {
 	if len(f) != 1 || f[0]["problems"] != float64(2) || f[0]["line"] != float64(2) || f[0]["column"] != float64(7) {
 		t.Fatalf("failure lines %v", f)
 	}
+}
+
+// testReloader loads dir, puts it in force and returns a reloader of it
+// that logs as JSON to the returned buffer.
+func testReloader(t *testing.T, dir string, apply func(old, set *profiles.Set)) (*reloader, *atomic.Pointer[profiles.Set], *logbuf.Buffer) {
+	t.Helper()
+	set, err := profiles.Load(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cur := &atomic.Pointer[profiles.Set]{}
+	cur.Store(set)
+	logs := &logbuf.Buffer{}
+	return newReloader(dir, cur, slog.New(slog.NewJSONHandler(logs, nil)), apply), cur, logs
 }
