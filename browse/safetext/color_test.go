@@ -61,7 +61,7 @@ func TestColorCascade(t *testing.T) {
 		{"id beats classes", std + `<style>#a{color:#fff}.w.v.u{color:#000}</style><p id=a class="w v u">X</p>`, false},
 		{"later wins at equal specificity", std + `<style>.v{color:#000}.w{color:#fff}</style><p class="w v">X</p>`, false},
 		{"unlayered beats layered", std + `<style>.w{color:#fff}@layer a{.w{color:#000}}</style><p class=w>X</p>`, false},
-		{"important layered beats important unlayered", std + `<style>.w{color:#000!important}@layer a{.w{color:#fff!important}}</style><p class=w>X</p>`, false},
+		{"important layered beats important unlayered", std + `<style>@layer a{.w{color:#fff!important}}.w{color:#000!important}</style><p class=w>X</p>`, false},
 		{"conditional rule can hide", std + `<style>@media (min-width:1px){.w{color:#fff}}</style><p class=w>X</p>`, false},
 		{"conditional rule cannot show", std + `<style>.w{color:#fff}@supports (x:y){.w{color:#000}}</style><p class=w>X</p>`, false},
 		{"print-only rule ignored", std + `<style>@media print{.w{color:#fff}}</style><p class=w>X</p>`, true},
