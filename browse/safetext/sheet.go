@@ -221,26 +221,39 @@ func scanTo(s string, set string) int {
 
 // blockEnd returns the index of the '}' closing a block whose content
 // starts at s[0], or len(s).
-func blockEnd(s string) int {
+func blockEnd(s string) int { return scanLevel(s, '{', '}', '}') }
+
+// statementEnd returns the index of the ';' that ends the statement at
+// the start of s (outside strings and parentheses), or len(s).
+func statementEnd(s string) int { return scanLevel(s, '(', ')', ';') }
+
+// scanLevel returns the index of the first stop byte at nesting level 0
+// (open and close change the level) outside strings, or len(s).
+func scanLevel(s string, open, close, stop byte) int {
 	depth := 0
 	for i := 0; i < len(s); i++ {
-		switch s[i] {
-		case '"', '\'':
-			j := strings.IndexByte(s[i+1:], s[i])
-			if j < 0 {
-				return len(s)
-			}
-			i += j + 1
-		case '\\':
-			i++
-		case '{':
+		switch c := s[i]; {
+		case c == '"' || c == '\'' || c == '\\':
+			i = tokenEnd(s, i) - 1
+		case c == stop && depth <= 0:
+			return i
+		case c == open:
 			depth++
-		case '}':
-			if depth == 0 {
-				return i
-			}
+		case c == close:
 			depth--
 		}
+	}
+	return len(s)
+}
+
+// tokenEnd returns the end of the string or escape that starts at s[i]
+// (a quote or a backslash): the index after its last byte.
+func tokenEnd(s string, i int) int {
+	if s[i] == '\\' {
+		return min(i+2, len(s))
+	}
+	if j := strings.IndexByte(s[i+1:], s[i]); j >= 0 {
+		return i + j + 2
 	}
 	return len(s)
 }
@@ -307,33 +320,6 @@ func (s *sheet) parseRules(css string, depth int, parents []compound, sc scope) 
 		}
 		s.rule(prelude, block, depth, parents, sc)
 	}
-}
-
-// statementEnd returns the index of the ';' that ends the statement at
-// the start of s (outside strings and parentheses), or len(s).
-func statementEnd(s string) int {
-	depth := 0
-	for i := 0; i < len(s); i++ {
-		switch s[i] {
-		case '"', '\'':
-			j := strings.IndexByte(s[i+1:], s[i])
-			if j < 0 {
-				return len(s)
-			}
-			i += j + 1
-		case '\\':
-			i++
-		case '(':
-			depth++
-		case ')':
-			depth--
-		case ';':
-			if depth <= 0 {
-				return i
-			}
-		}
-	}
-	return len(s)
 }
 
 // atRule reports whether stmt starts with the at-keyword name.
@@ -537,17 +523,10 @@ func rewriteIs(sel string) string {
 	for i := 0; i < len(sel); i++ {
 		c := sel[i]
 		switch c {
-		case '"', '\'':
-			end := len(sel)
-			if j := strings.IndexByte(sel[i+1:], c); j >= 0 {
-				end = i + j + 2
-			}
+		case '"', '\'', '\\':
+			end := tokenEnd(sel, i)
 			b.WriteString(sel[i:end])
 			i = end - 1
-			continue
-		case '\\':
-			b.WriteString(sel[i:min(i+2, len(sel))])
-			i++
 			continue
 		case ':':
 			if a := isAlias(sel[i:]); a > 0 {
@@ -586,12 +565,8 @@ func foldNames(sel string) string {
 	b := []byte(sel)
 	for i := 0; i < len(b); i++ {
 		switch b[i] {
-		case '"', '\'':
-			j := strings.IndexByte(sel[i+1:], sel[i])
-			if j < 0 {
-				return string(b)
-			}
-			i += j + 1
+		case '"', '\'', '\\':
+			i = tokenEnd(sel, i) - 1
 		case '[':
 			i += scanSel(sel[i+1:], ']')
 		case '.', '#':
@@ -635,16 +610,10 @@ func nestSelector(sel, parent string) string {
 	amp := false
 	for i := 0; i < len(sel); i++ {
 		switch c := sel[i]; c {
-		case '"', '\'':
-			end := len(sel)
-			if j := strings.IndexByte(sel[i+1:], c); j >= 0 {
-				end = i + j + 2
-			}
+		case '"', '\'', '\\':
+			end := tokenEnd(sel, i)
 			b.WriteString(sel[i:end])
 			i = end - 1
-		case '\\':
-			b.WriteString(sel[i:min(i+2, len(sel))])
-			i++
 		case '&':
 			b.WriteString(is)
 			amp = true
