@@ -3,6 +3,7 @@ package safetext
 import (
 	"strings"
 	"testing"
+	"time"
 
 	"golang.org/x/net/html"
 )
@@ -200,5 +201,67 @@ func TestImportRules(t *testing.T) {
 		if got := strings.Contains(p.Text, "X"); got != c.visible {
 			t.Errorf("%s: visible = %v, want %v (output %q)", c.name, got, c.visible, p.Text)
 		}
+	}
+}
+
+func TestSelectorShape(t *testing.T) {
+	for sel, want := range map[string][3]int{
+		"p": {0, 0, 0}, ".a .b": {1, 0, 0}, ".a > .b": {0, 0, 0}, ".a  >  .b .c": {1, 0, 0}, ".a ~ .b + .c": {0, 1, 0},
+		":not(:not(.a .b, .c)) p": {2, 0, 0}, `[title="a b ~ c"] p`: {1, 0, 0}, "tr:nth-child(2n) td": {1, 0, 1},
+		"li:last-child": {0, 0, 1}, "a, b": {0, 0, 0},
+	} {
+		d, s, n := selectorShape(sel)
+		nth := 0
+		if n {
+			nth = 1
+		}
+		if got := [3]int{int(d), int(s), nth}; got != want {
+			t.Errorf("selectorShape(%q) = %v, want %v", sel, got, want)
+		}
+	}
+}
+
+// TestColorMatchingBounded: selectors whose exact matching would take
+// depth^n or siblings^n steps on a hostile page are matched by their key
+// compound instead (as uncertain rules: they can hide, not show), so the
+// page renders quickly.
+func TestColorMatchingBounded(t *testing.T) {
+	var b strings.Builder
+	b.WriteString(`<!DOCTYPE html><style>.z * * * * * p{color:#fff} .y ~ * ~ * ~ * ~ b{color:#fff}</style>`)
+	b.WriteString(strings.Repeat("<div>", 400))
+	b.WriteString(strings.Repeat("<p>DEEP</p>", 2000))
+	b.WriteString(strings.Repeat("</div>", 400))
+	b.WriteString("<section>" + strings.Repeat("<i>w</i>", 5000) + strings.Repeat("<b>WIDE</b>", 200) + "</section><p>END</p>")
+	start := time.Now()
+	p := mustHTML(t, b.String(), Options{})
+	if d := time.Since(start); d > 5*time.Second {
+		t.Errorf("took %v", d)
+	}
+	if strings.Contains(p.Text, "DEEP") || strings.Contains(p.Text, "WIDE") || !strings.Contains(p.Text, "END") {
+		t.Errorf("over the budget, rules must still hide by their key compound: %.200q", p.Text)
+	}
+	// Within the budget the same shapes are matched exactly.
+	p = mustHTML(t, `<!DOCTYPE html><style>.z * * p{color:#fff}</style><div><div><div><p>SHALLOW</p></div></div></div>`, Options{})
+	if !strings.Contains(p.Text, "SHALLOW") {
+		t.Errorf("exact match lost: %q", p.Text)
+	}
+}
+
+func TestColorBudget(t *testing.T) {
+	n := &html.Node{Type: html.ElementNode}
+	var b colorBudget
+	r := &colorRule{desc: 2}
+	if !b.afford(r, &elemInfo{n: n, depth: 300}) || b.spent != 90000 {
+		t.Fatalf("depth 300, 2 combinators: spent %d", b.spent)
+	}
+	if b.afford(&colorRule{desc: 3}, &elemInfo{n: n, depth: 300}) {
+		t.Fatal("afforded 300^3 steps for one match")
+	}
+	b.spent = maxColorWork - 10
+	if b.afford(&colorRule{desc: 1}, &elemInfo{n: n, depth: 20}) || !b.afford(&colorRule{}, &elemInfo{n: n, depth: 20}) {
+		t.Fatal("the page's budget is not kept")
+	}
+	if (*colorBudget)(nil).afford(&colorRule{}, &elemInfo{n: n}) {
+		t.Fatal("no budget, exact match")
 	}
 }

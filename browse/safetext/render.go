@@ -80,6 +80,7 @@ type walker struct {
 	scan     attrScan
 	classes  []string
 	replayed int // siblings replayed by armSiblings
+	work     colorBudget
 }
 
 // Elements dropped with everything in them.
@@ -143,7 +144,7 @@ func (wk *walker) walk(root *html.Node, ctx frame) {
 func (wk *walker) scanAttrs(n *html.Node) {
 	wk.scan = attrScan{}
 	wk.classes = wk.classes[:0]
-	wk.info = elemInfo{n: n}
+	wk.info = elemInfo{n: n, depth: len(wk.stack), work: &wk.work}
 	s := &wk.scan
 	for i := range n.Attr {
 		a := &n.Attr[i]

@@ -70,6 +70,11 @@ type colorRule struct {
 	uncertain bool
 	spec      uint32
 	order     int32
+	// Shape of sel, for the cost of matching it: its descendant and
+	// general-sibling combinators (also inside :not()), and whether it
+	// counts siblings (:nth-child() and the like).
+	desc, sibs uint8
+	nth        bool
 }
 
 type sheetRule struct {
@@ -471,7 +476,9 @@ func (s *sheet) colorRules(list string, st *style, sc scope) {
 		}
 		text, approx := s.colorSelector(sel)
 		r.uncertain = r.uncertain || approx
-		if cs, err := cascadia.Parse(text); err == nil && len(text) <= maxColorSel {
+		r.desc, r.sibs, r.nth = selectorShape(text)
+		if cs, err := cascadia.Parse(text); err == nil && len(text) <= maxColorSel && r.desc+r.sibs <= maxColorComb &&
+			!strings.Contains(strings.ToLower(text), ":has(") {
 			sp := cs.Specificity()
 			r.sel, r.spec = cs, packSpec(sp[0], sp[1], sp[2])
 		} else {
@@ -878,7 +885,9 @@ func parseAttrSel(s string) attrCond {
 type elemInfo struct {
 	n       *html.Node
 	id      string
-	classes []string // lower-case
+	classes []string     // lower-case
+	depth   int          // of n in the walk
+	work    *colorBudget // for matching colour rules
 }
 
 func (c *compound) match(e *elemInfo) bool {
@@ -980,15 +989,130 @@ func (s *sheet) effect(e *elemInfo, cp *colorPick) hide {
 	return h
 }
 
-// color offers the declarations of r to cp when r matches e.
+// color offers the declarations of r to cp when r matches e. r's whole
+// selector is matched when e.work affords it; otherwise its key compound
+// alone decides and the rule counts as uncertain (it can hide text, not
+// show it).
 func (s *sheet) color(r *colorRule, e *elemInfo, cp *colorPick) {
-	if !r.c.match(e) || r.sel != nil && !r.sel.Match(e.n) {
+	if !r.c.match(e) {
 		return
 	}
+	uncertain := r.uncertain
+	if r.sel != nil {
+		if e.work.afford(r, e) {
+			if !r.sel.Match(e.n) {
+				return
+			}
+		} else {
+			uncertain = true
+		}
+	}
 	if r.fg != colNone {
-		offer(&cp.fg, r.fg, rank(tierOf(r.fgImp, r.layered, false), r.spec, r.order), r.uncertain)
+		offer(&cp.fg, r.fg, rank(tierOf(r.fgImp, r.layered, false), r.spec, r.order), uncertain)
 	}
 	if r.bg != colNone {
-		offer(&cp.bg, r.bg, rank(tierOf(r.bgImp, r.layered, false), r.spec, r.order), r.uncertain)
+		offer(&cp.bg, r.bg, rank(tierOf(r.bgImp, r.layered, false), r.spec, r.order), uncertain)
 	}
+}
+
+// Bounds on matching colour selectors: cascadia searches ancestors for
+// each descendant combinator and siblings for each ~ (so a hostile page
+// could make one match take depth^n steps), and counts siblings for
+// :nth-child().
+const (
+	maxColorComb  = 6       // combinators of a selector matched exactly
+	maxColorMatch = 1 << 17 // worst-case steps of one exact match
+	maxColorWork  = 1 << 26 // worst-case steps of all exact matches of a page
+)
+
+// colorBudget is what one HTML call may spend on matching colour
+// selectors exactly, by their worst case; past it they are matched by
+// their key compound. It is deterministic: the same page gives the same
+// output whatever the machine's load.
+type colorBudget struct {
+	spent    int64
+	siblings map[*html.Node]int64 // element children, by parent
+}
+
+// afford reports whether r may be matched exactly at e, and charges its
+// worst case.
+func (b *colorBudget) afford(r *colorRule, e *elemInfo) bool {
+	if b == nil {
+		return false
+	}
+	cost := int64(1)
+	if r.desc > 0 || r.sibs > 0 || r.nth {
+		sib := b.siblingsOf(e.n)
+		for range r.desc {
+			if cost *= int64(max(e.depth, 1)); cost > maxColorMatch {
+				return false
+			}
+		}
+		for range r.sibs {
+			if cost *= sib; cost > maxColorMatch {
+				return false
+			}
+		}
+		if r.nth {
+			cost += sib
+		}
+	}
+	if cost > maxColorMatch || b.spent+cost > maxColorWork {
+		return false
+	}
+	b.spent += cost
+	return true
+}
+
+// siblingsOf returns how many element children n's parent has.
+func (b *colorBudget) siblingsOf(n *html.Node) int64 {
+	p := n.Parent
+	if p == nil {
+		return 1
+	}
+	if c, ok := b.siblings[p]; ok {
+		return c
+	}
+	var c int64
+	for k := p.FirstChild; k != nil; k = k.NextSibling {
+		if k.Type == html.ElementNode {
+			c++
+		}
+	}
+	if b.siblings == nil {
+		b.siblings = map[*html.Node]int64{}
+	}
+	b.siblings[p] = c
+	return c
+}
+
+// selectorShape counts the descendant and general-sibling combinators of
+// a selector (inside :not() too; at worst too many) and reports whether it
+// counts siblings.
+func selectorShape(sel string) (desc, sibs uint8, nth bool) {
+	low := strings.ToLower(sel)
+	nth = strings.Contains(low, "nth-") || strings.Contains(low, "-child") || strings.Contains(low, "-of-type")
+	prev := byte(0) // the last byte that is not white space
+	space := false
+	for i := 0; i < len(sel); i++ {
+		c := sel[i]
+		switch c {
+		case '"', '\'', '\\':
+			i = tokenEnd(sel, i) - 1
+			c = 'a'
+		case '[':
+			i += scanSel(sel[i+1:], ']') + 1
+			c = 'a'
+		case ' ', '\t', '\n', '\r', '\f':
+			space = true
+			continue
+		case '~':
+			sibs = min(sibs+1, 255)
+		}
+		if space && prev != 0 && strings.IndexByte(">+~,(", prev) < 0 && strings.IndexByte(">+~,)", c) < 0 {
+			desc = min(desc+1, 255)
+		}
+		space, prev = false, c
+	}
+	return desc, sibs, nth
 }
