@@ -1,6 +1,7 @@
 package safetext
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -207,7 +208,8 @@ func TestImportRules(t *testing.T) {
 func TestSelectorShape(t *testing.T) {
 	for sel, want := range map[string][3]int{
 		"p": {0, 0, 0}, ".a .b": {1, 0, 0}, ".a > .b": {0, 0, 0}, ".a  >  .b .c": {1, 0, 0}, ".a ~ .b + .c": {0, 1, 0},
-		":not(:not(.a .b, .c)) p": {2, 0, 0}, `[title="a b ~ c"] p`: {1, 0, 0}, "tr:nth-child(2n) td": {1, 0, 1},
+		":not(:not(.a .b, .c)) p": {2, 0, 0}, ":is(.a .b, .c .d, .e .f) .x": {2, 0, 0},
+		".a :not(.b ~ .c) ~ .d": {1, 2, 0}, "p:not(.a .b .c)": {2, 0, 0}, "a ( b": {1, 0, 0}, `[title="a b ~ c"] p`: {1, 0, 0}, "tr:nth-child(2n) td": {1, 0, 1},
 		"li:last-child": {0, 0, 1}, "a, b": {0, 0, 0},
 	} {
 		d, s, n := selectorShape(sel)
@@ -263,5 +265,32 @@ func TestColorBudget(t *testing.T) {
 	}
 	if (*colorBudget)(nil).afford(&colorRule{}, &elemInfo{n: n}) {
 		t.Fatal("no budget, exact match")
+	}
+}
+
+// TestNestingBounded: resolving CSS nesting copies the parent list into
+// each nested selector; with comma lists at every level that would grow
+// exponentially, so past a size nesting is left unresolved (and such
+// rules only hide).
+func TestNestingBounded(t *testing.T) {
+	var css strings.Builder
+	for i := range maxCSSNest {
+		for j := range 8 {
+			if j > 0 {
+				css.WriteString(", ")
+			}
+			fmt.Fprintf(&css, ".n%d-%d &", i, j)
+		}
+		css.WriteString(" { color: #fff; ")
+	}
+	css.WriteString(strings.Repeat("}", maxCSSNest))
+	page := "<!DOCTYPE html><style>.top{ " + css.String() + " }</style><div class=n15-3><p class=top>DEEPNEST</p></div><p>END</p>"
+	start := time.Now()
+	p := mustHTML(t, page, Options{})
+	if d := time.Since(start); d > 5*time.Second || !strings.Contains(p.Text, "END") {
+		t.Fatalf("took %v: %q", d, p.Text)
+	}
+	if strings.Contains(p.Text, "DEEPNEST") {
+		t.Errorf("an unresolved nested rule must still hide: %q", p.Text)
 	}
 }

@@ -31,6 +31,7 @@ type sheet struct {
 	// fetched, so backgrounds are unknown).
 	external bool
 	imported int // bytes of data: sheets taken from @import
+	selBytes int // bytes of colour selectors built (nesting resolved)
 }
 
 // ruleIndex finds the rules whose key compound could match an element.
@@ -172,8 +173,10 @@ type scope struct {
 	// top: at the top level of a style sheet, where @import is allowed
 	// (before any other rule).
 	top bool
-	// parent: the selector list of the enclosing rule (CSS nesting).
+	// parent: the selector list of the enclosing rule (CSS nesting), or
+	// "*" (with approx set) when it grew too long to resolve.
 	parent string
+	approx bool
 }
 
 // parseCSS adds the rules of a style sheet.
@@ -452,7 +455,11 @@ func (s *sheet) rule(prelude, block string, depth int, parents []compound, sc sc
 	}
 	if nested && depth < maxCSSNest {
 		inner := sc
-		inner.parent = nestedList(prelude, sc.parent)
+		if p := nestedList(prelude, sc.parent); len(p) <= maxColorSel && !sc.approx {
+			inner.parent = p
+		} else {
+			inner.parent, inner.approx = "*", true
+		}
 		s.parseRules(block, depth+1, targets, inner)
 	}
 }
@@ -470,14 +477,23 @@ func (s *sheet) colorRules(list string, st *style, sc scope) {
 		if sel == "" {
 			continue
 		}
-		r := colorRule{fg: st.fg, bg: st.bg, fgImp: st.fgImp, bgImp: st.bgImp, layered: sc.layered, uncertain: sc.cond}
-		if sc.parent != "" {
-			sel = nestSelector(sel, sc.parent)
+		if len(s.rules)+len(s.colors) >= maxRules {
+			return
+		}
+		r := colorRule{fg: st.fg, bg: st.bg, fgImp: st.fgImp, bgImp: st.bgImp, layered: sc.layered, uncertain: sc.cond || sc.approx}
+		// Past a page's worth of selector text, nesting is not resolved
+		// and selectors are matched by their key compound only.
+		exact := s.selBytes+len(sel)+len(sc.parent) <= maxStyleText
+		if exact {
+			if sc.parent != "" {
+				sel = nestSelector(sel, sc.parent)
+			}
+			s.selBytes += len(sel)
 		}
 		text, approx := s.colorSelector(sel)
 		r.uncertain = r.uncertain || approx
 		r.desc, r.sibs, r.nth = selectorShape(text)
-		if cs, err := cascadia.Parse(text); err == nil && len(text) <= maxColorSel && r.desc+r.sibs <= maxColorComb &&
+		if cs, err := cascadia.Parse(text); exact && err == nil && len(text) <= maxColorSel && r.desc+r.sibs <= maxColorComb &&
 			!strings.Contains(strings.ToLower(text), ":has(") {
 			sp := cs.Specificity()
 			r.sel, r.spec = cs, packSpec(sp[0], sp[1], sp[2])
@@ -595,10 +611,12 @@ func nestedList(list, parent string) string {
 		return list
 	}
 	var out []string
-	for len(list) > 0 {
+	size := 0
+	for len(list) > 0 && size <= maxColorSel {
 		j := scanSel(list, ',')
 		if sel := strings.TrimSpace(list[:j]); sel != "" {
 			out = append(out, nestSelector(sel, parent))
+			size += len(out[len(out)-1]) + 2
 		}
 		if j < len(list) {
 			list = list[j+1:]
@@ -636,8 +654,13 @@ func nestSelector(sel, parent string) string {
 
 // selectors parses a selector list, adds a rule for each selector when eff
 // is not zero, and returns the key compounds (the parents of nested rules).
+//
+// The parents' keys are added at most once, however many selectors of the
+// list stand for them: otherwise nested lists would multiply them at
+// every level.
 func (s *sheet) selectors(list string, eff hide, parents []compound) []compound {
 	var keys []compound
+	withParents := false
 	for len(list) > 0 {
 		j := scanSel(list, ',')
 		sel := list[:j]
@@ -677,6 +700,12 @@ func (s *sheet) selectors(list string, eff hide, parents []compound) []compound 
 					targets = []compound{l}
 				}
 			}
+		}
+		if len(targets) > 0 && len(parents) > 0 && &targets[0] == &parents[0] {
+			if withParents {
+				continue
+			}
+			withParents = true
 		}
 		for _, t := range targets {
 			if eff != 0 {
@@ -1086,12 +1115,35 @@ func (b *colorBudget) siblingsOf(n *html.Node) int64 {
 	return c
 }
 
-// selectorShape counts the descendant and general-sibling combinators of
-// a selector (inside :not() too; at worst too many) and reports whether it
-// counts siblings.
+// selectorShape returns, for the costliest alternative of a selector
+// list, how many descendant and general-sibling combinators one match
+// may have to search through (those in :not() add to those around it),
+// and whether the selector counts siblings (:nth-child() and the like).
 func selectorShape(sel string) (desc, sibs uint8, nth bool) {
 	low := strings.ToLower(sel)
 	nth = strings.Contains(low, "nth-") || strings.Contains(low, "-child") || strings.Contains(low, "-of-type")
+	d, g := listShape(sel, 0)
+	return uint8(min(d, 255)), uint8(min(g, 255)), nth
+}
+
+// listShape is selectorShape's count for a selector list: the most of its
+// alternatives.
+func listShape(list string, level int) (desc, sibs int) {
+	for len(list) > 0 {
+		j := scanSel(list, ',')
+		d, g := chainShape(list[:j], level)
+		desc, sibs = max(desc, d), max(sibs, g)
+		if j == len(list) {
+			break
+		}
+		list = list[j+1:]
+	}
+	return desc, sibs
+}
+
+// chainShape counts the searching combinators of one complex selector,
+// with those of the selector lists in its parentheses.
+func chainShape(sel string, level int) (desc, sibs int) {
 	prev := byte(0) // the last byte that is not white space
 	space := false
 	for i := 0; i < len(sel); i++ {
@@ -1103,16 +1155,24 @@ func selectorShape(sel string) (desc, sibs uint8, nth bool) {
 		case '[':
 			i += scanSel(sel[i+1:], ']') + 1
 			c = 'a'
+		case '(':
+			end := i + 1 + scanSel(sel[i+1:], ')')
+			if level >= maxCSSNest {
+				return 255, 255 // too deep to judge: never matched exactly
+			}
+			d, g := listShape(sel[i+1:min(end, len(sel))], level+1)
+			desc, sibs = desc+d, sibs+g
+			i, c = end, 'a'
 		case ' ', '\t', '\n', '\r', '\f':
 			space = true
 			continue
 		case '~':
-			sibs = min(sibs+1, 255)
+			sibs++
 		}
-		if space && prev != 0 && strings.IndexByte(">+~,(", prev) < 0 && strings.IndexByte(">+~,)", c) < 0 {
-			desc = min(desc+1, 255)
+		if space && prev != 0 && strings.IndexByte(">+~,", prev) < 0 && strings.IndexByte(">+~,", c) < 0 {
+			desc++
 		}
 		space, prev = false, c
 	}
-	return desc, sibs, nth
+	return desc, sibs
 }
