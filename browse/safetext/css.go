@@ -22,32 +22,39 @@ const (
 	// hideColor: the text colour is transparent. Inherited through the
 	// colour; a descendant that sets a colour is visible again.
 	hideColor
+	// hideFixed: position: fixed. Hides only together with hideFarV,
+	// whichever declarations of the element set them.
+	hideFixed
+	// hideFarV: a vertical offset of at least a viewport (top: 100vh),
+	// which moves a fixed element off-screen.
+	hideFarV
 )
 
-// Colour values tracked for transparent and same-as-background text.
-const (
-	colUnknown     = -1
-	colTransparent = -2
-)
+// hidePartial is the pair of reasons that hide only together.
+const hidePartial = hideFixed | hideFarV
 
 // style is what one set of declarations does to visibility.
 type style struct {
 	set   hide // reasons set here
 	clear hide // inherited reasons undone here (hideFont, hideVis)
-	fg    int32
-	bg    int32
+	// fg and bg are the declared text and background colours (colNone
+	// when not declared; see bgValue), fgImp and bgImp whether they are
+	// !important.
+	fg, bg       int32
+	fgImp, bgImp bool
 }
 
 // evalStyle evaluates CSS declarations (a style attribute or the body of a
 // rule). It errs on the side of hiding: whatever looks like a hiding
-// technique counts, overrides by later rules are not modelled.
+// technique counts, overrides by later rules are not modelled (colours
+// excepted: they are returned for the cascade of colorPick).
 func evalStyle(decls string) style {
-	st := style{fg: colUnknown, bg: colUnknown}
+	st := style{fg: colNone, bg: colNone}
 	if strings.Contains(decls, "/*") || strings.IndexByte(decls, '\\') >= 0 {
 		decls = decodeCSS(decls)
 	}
 	decls = strings.ToLower(decls)
-	var tinyW, tinyH, zeroW, clipped bool
+	var tinyW, tinyH, zeroW, clipped, image, imageImp bool
 	for decls != "" {
 		var d string
 		if i := strings.IndexByte(decls, ';'); i >= 0 {
@@ -61,8 +68,10 @@ func evalStyle(decls string) style {
 		}
 		prop := strings.TrimSpace(d[:colon])
 		v := d[colon+1:]
+		imp := false
 		if i := strings.IndexByte(v, '!'); i >= 0 {
-			v = v[:i] // !important
+			imp = strings.TrimSpace(v[i+1:]) == "important"
+			v = v[:i]
 		}
 		v = strings.TrimSpace(v)
 		switch prop {
@@ -100,26 +109,45 @@ func evalStyle(decls string) style {
 					break
 				}
 			}
-		case "color", "-webkit-text-fill-color":
-			if c := parseColor(v); c != colUnknown {
-				st.fg = c
+		case "color":
+			st.fg, st.fgImp = fgValue(v), imp
+		case "-webkit-text-fill-color":
+			// Paints the text instead of color, unless currentcolor.
+			if c := fgValue(v); c != colInherit {
+				st.fg, st.fgImp = c, imp
 			}
 		case "background-color", "background":
-			if c := parseColor(firstWord(v)); c >= 0 {
-				st.bg = c
+			st.bg, st.bgImp = bgValue(v, prop == "background"), imp
+		case "background-image":
+			if bgImage(v) {
+				image, imageImp = true, imp
 			}
-		case "left", "top", "right", "bottom", "inset", "translate",
-			"inset-inline-start", "inset-inline-end", "inset-block-start", "inset-block-end":
+		case "position":
+			if v == "fixed" {
+				st.set |= hideFixed
+			}
+		case "left", "right", "inset-inline-start", "inset-inline-end":
+			if offscreen(v, true) || beyondViewport(v, false) {
+				st.set |= hideHard
+			}
+		case "top", "bottom", "inset-block-start", "inset-block-end":
 			if offscreen(v, true) {
 				st.set |= hideHard
+			} else if beyondViewport(v, true) {
+				st.set |= hideFarV
 			}
-		case "margin", "margin-left", "margin-top", "margin-right", "margin-bottom",
-			"margin-inline-start", "margin-block-start", "text-indent":
-			if offscreen(v, false) {
+		case "inset", "translate", "transform":
+			if offscreen(v, true) || beyondViewport(v, false) || prop == "transform" && zeroScale(v) {
+				st.set |= hideHard
+			} else if beyondViewport(v, true) {
+				st.set |= hideFarV
+			}
+		case "margin", "margin-left", "margin-inline-start", "text-indent":
+			if offscreen(v, false) || beyondViewport(v, false) {
 				st.set |= hideHard
 			}
-		case "transform":
-			if offscreen(v, true) || zeroScale(v) {
+		case "margin-top", "margin-right", "margin-bottom", "margin-block-start":
+			if offscreen(v, false) {
 				st.set |= hideHard
 			}
 		case "clip":
@@ -145,8 +173,11 @@ func evalStyle(decls string) style {
 			}
 		}
 	}
-	if zeroW || (tinyW || tinyH) && clipped {
+	if zeroW || (tinyW || tinyH) && clipped || st.set&hidePartial == hidePartial {
 		st.set |= hideHard
+	}
+	if image {
+		st.bg, st.bgImp = colUnknown, imageImp
 	}
 	if st.fg == colTransparent {
 		st.set |= hideColor
@@ -308,6 +339,39 @@ func offscreen(v string, far bool) bool {
 	return false
 }
 
+// beyondViewport reports whether a position, inset, margin or transform
+// value moves content by at least the viewport: 100vw (or vmax)
+// horizontally; vertically 100vh, 100% (of a fixed element's containing
+// block, the viewport) or 3000px. A calc() that subtracts is not judged.
+func beyondViewport(v string, vertical bool) bool {
+	if strings.Contains(v, " - ") {
+		return false
+	}
+	for tok := range cssTokens(v) {
+		f, unit, ok := number(tok)
+		if !ok || f < 100 {
+			continue
+		}
+		switch unit {
+		case "vmax":
+			return true
+		case "vw", "svw", "lvw", "dvw", "vi":
+			if !vertical {
+				return true
+			}
+		case "vh", "svh", "lvh", "dvh", "vb", "%":
+			if vertical {
+				return true
+			}
+		default:
+			if px, ok := length(tok); vertical && ok && px >= 3000 {
+				return true
+			}
+		}
+	}
+	return false
+}
+
 // zeroScale reports transforms such as scale(0) or scaleY(0.01).
 func zeroScale(v string) bool {
 	for _, fn := range [...]string{"scale(", "scalex(", "scaley(", "scale3d("} {
@@ -393,86 +457,6 @@ func clipPathHides(v string) bool {
 		}
 	}
 	return false
-}
-
-var namedColors = map[string]int32{
-	"white": 0xffffff, "black": 0, "red": 0xff0000, "green": 0x008000, "blue": 0x0000ff,
-	"yellow": 0xffff00, "gray": 0x808080, "grey": 0x808080, "silver": 0xc0c0c0,
-	"whitesmoke": 0xf5f5f5, "snow": 0xfffafa, "ivory": 0xfffff0, "navy": 0x000080,
-}
-
-// parseColor returns 0xRRGGBB, colTransparent for a fully or almost
-// transparent colour, or colUnknown.
-func parseColor(v string) int32 {
-	if v == "transparent" {
-		return colTransparent
-	}
-	if c, ok := namedColors[v]; ok {
-		return c
-	}
-	if strings.HasPrefix(v, "#") {
-		h := v[1:]
-		x, err := strconv.ParseUint(h, 16, 32)
-		if err != nil {
-			return colUnknown
-		}
-		switch len(h) {
-		case 3:
-			return int32((x>>8&0xf)*0x110000 + (x>>4&0xf)*0x1100 + (x&0xf)*0x11)
-		case 4:
-			if x&0xf == 0 {
-				return colTransparent
-			}
-			x >>= 4
-			return int32((x>>8&0xf)*0x110000 + (x>>4&0xf)*0x1100 + (x&0xf)*0x11)
-		case 6:
-			return int32(x)
-		case 8:
-			if x&0xff <= 0x0d {
-				return colTransparent
-			}
-			return int32(x >> 8)
-		}
-		return colUnknown
-	}
-	for _, fn := range [...]string{"rgba(", "rgb(", "hsla(", "hsl(", "hwb(", "lab(", "lch(", "oklab(", "oklch(", "color("} {
-		if !strings.HasPrefix(v, fn) {
-			continue
-		}
-		var parts []string
-		for tok := range cssTokens(v[len(fn):]) {
-			parts = append(parts, tok)
-		}
-		// The alpha is the 4th component ("color(srgb r g b / a)": 5th).
-		ai := 3
-		if fn == "color(" {
-			ai = 4
-		}
-		if len(parts) > ai {
-			if a, ok := fraction(parts[ai]); ok && a <= 0.05 {
-				return colTransparent
-			}
-			if a, ok := fraction(parts[ai]); !ok || a < 1 {
-				return colUnknown
-			}
-		}
-		if strings.HasPrefix(fn, "rgb") && len(parts) >= 3 {
-			var c int32
-			for _, p := range parts[:3] {
-				f, unit, ok := number(p)
-				if !ok || unit != "" && unit != "%" {
-					return colUnknown
-				}
-				if unit == "%" {
-					f = f * 255 / 100
-				}
-				c = c<<8 | int32(min(max(f+0.5, 0), 255))
-			}
-			return c
-		}
-		return colUnknown
-	}
-	return colUnknown
 }
 
 // decodeCSS removes comments and resolves escapes (`\64 isplay` is

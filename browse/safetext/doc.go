@@ -25,40 +25,64 @@
 //     the first title, which becomes Page.Title; title elements elsewhere;
 //   - comments and doctypes; noembed, noframes, param, rp;
 //   - elements with the hidden or popover attribute, aria-hidden="true",
-//     dialog without open, images of width or height 0 or 1 (tracking
-//     pixels);
+//     dialog without open, the content of a closed details element but
+//     its first summary child, images of width or height 0 or 1
+//     (tracking pixels);
 //   - elements hidden by an inline style: display:none, visibility:hidden
 //     or collapse (a descendant with visibility:visible shows again),
 //     content-visibility:hidden, opacity, zoom or scale <= 0.1,
 //     filter:opacity(0), font-size <= 2px or 0 in font-size and the font
 //     shorthand (a descendant with an absolute font size shows again),
 //     transparent text colour (transparent, rgba/hsla alpha 0, #rgba with
-//     alpha 0, also -webkit-text-fill-color), text in (nearly) the same
-//     colour as a background set on the element or an ancestor (style,
-//     bgcolor, font color) or as the browser's white default when the page
-//     links no style sheet and its own styles set no background, off-screen positioning (left, top, right, bottom, inset,
-//     translate, margin or text-indent <= -500px, or a position >= 5000px),
-//     transforms that
-//     scale to 0 or move off-screen, clip: rect() leaving at most 1px,
+//     alpha 0, also -webkit-text-fill-color), off-screen positioning
+//     (left, top, right, bottom, inset, translate, margin or text-indent
+//     <= -500px, or a position >= 5000px; left, right, inset, translate,
+//     margin-left or text-indent >= 100vw or 100vmax; and, for an element
+//     with position:fixed from any of its declarations, top, bottom or a
+//     translation >= 100vh, 100% or 3000px), transforms that scale to 0 or
+//     move off-screen, clip: rect() leaving at most 1px,
 //     clip-path inset(>=50%)/circle(0)/degenerate polygons, width or
 //     max-width 0, and width/height <= 1px with overflow hidden or clip.
 //     CSS comments and escapes are decoded first, and !important is
-//     ignored;
+//     ignored (but for colours);
+//   - text in (nearly) the same colour as its background (every channel
+//     within 16). Colours come from the style attribute, the page's style
+//     sheets and the presentational attributes (font color, bgcolor, body
+//     text), and are resolved as the cascade resolves them: specificity
+//     and order (selectors matched exactly, by cascadia; :is() and
+//     nesting resolved), !important, cascade layers, the style attribute
+//     over rules; the text colour is inherited, and where an element paints
+//     no background its parent's shows. Rules that may or may not apply
+//     (under @media, @supports or a media attribute; :where(); selectors
+//     cascadia cannot match, matched by their last compound) can hide
+//     text but never show it: text is dropped when it is invisible with
+//     them or without them. A background image, var() or a translucent
+//     colour makes the colour unknown (kept). Without an external style
+//     sheet the canvas is the browser's white and text black; with one,
+//     both are unknown unless the page's own styles set them. On a page
+//     without a standards-mode doctype class and id names match
+//     case-insensitively, as in a browser's quirks mode;
 //   - elements with a class commonly used for visually hidden text
 //     (sr-only, visually-hidden, screen-reader-text and their variants,
 //     hidden, d-none, hide, invisible, ...);
-//   - elements matched by a rule in the page's own <style> elements
-//     (HTML and SVG ones) whose declarations hide by the tests above. The
-//     selector handling is a cheap over-approximation: the key compound
-//     selector (tag, classes, ids, attribute tests, :not(:defined)) is
-//     matched, ignoring other pseudo-classes and the ancestors; for
-//     `A B` and `A > B` whose key is a bare tag, A is hidden; `A + B` and
-//     `A ~ B` are matched among siblings. Rules under @media print only,
+//   - elements matched by a rule in the page's own style sheets whose
+//     declarations hide by the tests above. The style sheets are the
+//     <style> elements (HTML and SVG ones), <link rel=stylesheet> whose
+//     href is a data: URL (percent-encoded or base64; the fragment is not
+//     part of it) and @import of data: URLs before the other rules; a
+//     media attribute applies like @media, and sheets with another type,
+//     disabled or alternate ones are not applied. The selector handling
+//     for hiding is a cheap over-approximation: the key compound selector
+//     (tag, classes, ids, attribute tests, :not(:defined)) is matched,
+//     ignoring other pseudo-classes and the ancestors; for `A B` and
+//     `A > B` whose key is a bare tag, A is hidden; `A + B` and `A ~ B`
+//     are matched among siblings. Rules under @media print only,
 //     @font-face, @keyframes and rules for pseudo-elements are ignored;
-//     other @media, @supports, @layer and CSS nesting are applied. The
-//     cascade is not modelled, so a later rule that shows an element
-//     again does not count: visible text may be lost, hidden text is not
-//     kept because of it. External style sheets are not fetched.
+//     other @media, @supports, @layer and CSS nesting are applied. For
+//     hiding the cascade is not modelled, so a later rule that shows an
+//     element again does not count: visible text may be lost, hidden text
+//     is not kept because of it. Style sheets at other URLs are never
+//     fetched.
 //
 // Kept: headings, paragraphs, lists (- and 1. markers, nested lists
 // indented), tables (a row per line, cells separated by " | ", Markdown
@@ -66,7 +90,8 @@
 // holds a heading, a table, a form, a sectioning element or several blocks
 // is taken for layout and rendered as blocks), pre blocks (white space
 // kept) and inline
-// code, block quotes, definition lists, details and summary, link text,
+// code, block quotes, definition lists, details (closed: the summary
+// only), link text,
 // and the alt text of images as "[image: alt]" (at most 100 characters).
 // Image URLs are never written.
 //
@@ -121,6 +146,10 @@
 //	<untrusted-content source="https://example.org/x" nonce="3f9a...">
 //	...
 //	</untrusted-content nonce="3f9a...">
+//
+// Prepend adds lines of page-controlled metadata (a title, a content type)
+// as the first lines inside such an envelope, so that text composed
+// around the envelope need not carry any of the page's words.
 //
 // # Limits
 //

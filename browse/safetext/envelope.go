@@ -62,6 +62,38 @@ func Wrap(content, source string) (wrapped string, nonce string) {
 	return e.Wrap(content), e.Nonce
 }
 
+// maxHeaderLine caps, in runes, each line that Prepend adds.
+const maxHeaderLine = 300
+
+// Prepend puts lines of page-controlled text (a title, a content type) at
+// the start of the content of wrapped, an envelope made by Wrap whose
+// nonce is nonce, so that nothing the page wrote stands outside the
+// markers. Each line is cleaned, collapsed to one line of at most 300
+// characters and neutralised; empty lines are left out. ok is false, and
+// wrapped is returned unchanged, when wrapped is not exactly one such
+// envelope (its first line the opening marker with nonce, its end the
+// closing marker with nonce).
+func Prepend(wrapped, nonce string, lines ...string) (string, bool) {
+	closing := "</" + MarkerName + ` nonce="` + nonce + `">`
+	nl := strings.IndexByte(wrapped, '\n')
+	if nonce == "" || nl < 0 || !strings.HasPrefix(wrapped, "<"+MarkerName+" ") ||
+		!strings.HasSuffix(wrapped[:nl], ` nonce="`+nonce+`">`) || !strings.HasSuffix(wrapped, closing) ||
+		strings.Count(wrapped, closing) != 1 {
+		return wrapped, false
+	}
+	var b strings.Builder
+	b.Grow(len(wrapped) + 128)
+	b.WriteString(wrapped[:nl+1])
+	for _, l := range lines {
+		if l = neutralize(collapse(l, maxHeaderLine)); l != "" {
+			b.WriteString(l)
+			b.WriteByte('\n')
+		}
+	}
+	b.WriteString(wrapped[nl+1:])
+	return b.String(), true
+}
+
 // escapeAttr makes s safe inside a double-quoted attribute: cleaned, white
 // space and controls turned into spaces, cut, and `&<>"'` escaped.
 func escapeAttr(s string) string {

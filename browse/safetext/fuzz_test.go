@@ -23,9 +23,12 @@ const (
 const hiddenPlants = `<div hidden>HIDTOKENA</div><p style="display:none">HIDTOKENB</p>` +
 	`<span style="font-size:0">HIDTOKENC</span><span class="sr-only">HIDTOKEND</span>` +
 	`<p style="color:transparent">HIDTOKENE</p><div aria-hidden="true">HIDTOKENF</div>` +
-	`<img alt="HIDTOKENG" width="0"><p style="position:absolute;left:-9999px">HIDTOKENH</p>`
+	`<img alt="HIDTOKENG" width="0"><p style="position:absolute;left:-9999px">HIDTOKENH</p>` +
+	`<details><summary>s</summary>HIDTOKENI</details><p style="position:fixed;top:100vh">HIDTOKENJ</p>` +
+	`<link rel="stylesheet" href="data:text/css,.hidk%7Bdisplay:none%7D"><p class="hidk">HIDTOKENK</p>`
 
-var hiddenTokens = []string{"HIDTOKENA", "HIDTOKENB", "HIDTOKENC", "HIDTOKEND", "HIDTOKENE", "HIDTOKENF", "HIDTOKENG", "HIDTOKENH"}
+var hiddenTokens = []string{"HIDTOKENA", "HIDTOKENB", "HIDTOKENC", "HIDTOKEND", "HIDTOKENE", "HIDTOKENF", "HIDTOKENG", "HIDTOKENH",
+	"HIDTOKENI", "HIDTOKENJ", "HIDTOKENK"}
 
 var fuzzSeeds = []string{
 	"",
@@ -39,6 +42,9 @@ var fuzzSeeds = []string{
 	"<a title=\"", "<title>", "<style>", "<template>", "<iframe>", "<select>",
 	"<pre>```\n<code>`x`</code></pre><h1>#</h1><blockquote>>",
 	strings.Repeat("<div>", 600),
+	"<style>@layer a{.w{color:#fff!important}}@media screen{:is(.a,.b) p{background:currentcolor}}.n{&.m{color:red}}</style><p class=w>x",
+	"<style>@import url(\"data:text/css,@import 'data:,.a{color:%23fff}';\") layer(x) screen;</style><p class=a>x",
+	"<link rel=stylesheet href='data:text/css;base64,LmF7Y29sb3I6d2hpdGV9'><details><summary>s</summary><p class=a>x",
 }
 
 func addPageSeeds(f *testing.F, add func(string)) {

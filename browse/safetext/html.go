@@ -2,6 +2,7 @@ package safetext
 
 import (
 	"bytes"
+	"encoding/base64"
 	"errors"
 	"fmt"
 	"io"
@@ -177,27 +178,30 @@ func HTML(r io.Reader, opts Options) (Page, error) {
 	if deep {
 		css = cutCSS // the styles of the whole document, not only the prefix
 	}
-	// Without external style sheets and without backgrounds in the page's
-	// own styles, the background is the browser's white: white text is
-	// invisible. Otherwise the background is unknown unless set inline.
-	bg := int32(colUnknown)
-	if !extCSS && !mentions(css, "background", "@import") {
-		bg = 0xffffff
-	}
-
 	wk := walker{full: full, base: opts.BaseURL, sheet: builtinSheet}
 	if len(css) > 0 {
 		wk.sheet = newSheet()
+		wk.sheet.fold = quirks(doc)
 		for _, c := range css {
 			wk.sheet.parseCSS(c)
 		}
+		extCSS = extCSS || wk.sheet.external
 	}
+	// Without external style sheets the canvas is the browser's white and
+	// text is black (the page's own rules may paint them otherwise;
+	// colorPick sees those). With one, both are unknown unless the page's
+	// own styles set them.
+	root := rootFrame(colUnknown, colUnknown)
+	if !extCSS {
+		root = rootFrame(0, 0xffffff)
+	}
+
 	wk.w.init(md, limit)
 	wk.w.buf = getBuf(min(len(data)/2, limit) + 1024)
 	if sel == nil {
-		wk.walk(doc, frame{fg: colUnknown, bg: bg})
+		wk.walk(doc, root)
 	} else {
-		wk.selected(doc, sel, bg)
+		wk.selected(doc, sel, root)
 	}
 
 	text := wk.finish()
@@ -279,14 +283,15 @@ func parse(data []byte) (doc *html.Node, css []string, deep bool) {
 
 // depthCuts returns, for each limit, the offset of the first tag that
 // opens an element deeper than the limit (counting start and end tags
-// naively), and the text of every <style> element.
+// naively), and the page's style sheets (see prepass).
 func depthCuts(data []byte, limits []int) (cuts []int, css []string) {
 	cuts = make([]int, len(limits))
 	for i := range cuts {
 		cuts[i] = len(data)
 	}
 	z := html.NewTokenizer(bytes.NewReader(data))
-	depth, off, inStyle, total := 0, 0, false, 0
+	depth, off, total := 0, 0, 0
+	inStyle, media, skipStyle := false, "", false
 	for {
 		tt := z.Next()
 		if tt == html.ErrorToken {
@@ -295,9 +300,23 @@ func depthCuts(data []byte, limits []int) (cuts []int, css []string) {
 		raw := len(z.Raw())
 		switch tt {
 		case html.StartTagToken, html.SelfClosingTagToken:
-			name, _ := z.TagName()
+			name, more := z.TagName()
 			a := atom.Lookup(name)
 			inStyle = a == atom.Style
+			if a == atom.Style || a == atom.Link {
+				var attrs []html.Attribute
+				for more {
+					var k, v []byte
+					k, v, more = z.TagAttr()
+					attrs = append(attrs, html.Attribute{Key: string(k), Val: string(v)})
+				}
+				if a == atom.Style {
+					media, skipStyle = sheetMedia(attrs)
+				} else if c, _ := linkSheet(attrs); c != "" && total < maxStyleText {
+					total += len(c)
+					css = append(css, c)
+				}
+			}
 			if !voidElements[a] {
 				depth++
 				for i, l := range limits {
@@ -312,8 +331,8 @@ func depthCuts(data []byte, limits []int) (cuts []int, css []string) {
 				depth--
 			}
 		case html.TextToken:
-			if inStyle && total < maxStyleText {
-				t := string(z.Text())
+			if inStyle && !skipStyle && total < maxStyleText {
+				t := withMedia(string(z.Text()), media)
 				total += len(t)
 				css = append(css, t)
 			}
@@ -328,23 +347,13 @@ var voidElements = map[atom.Atom]bool{
 	atom.Source: true, atom.Track: true, atom.Wbr: true, atom.Param: true, atom.Keygen: true,
 }
 
-// mentions reports whether any of the style sheets contains one of words
-// (ASCII case-insensitively).
-func mentions(css []string, words ...string) bool {
-	for _, c := range css {
-		c = strings.ToLower(c)
-		for _, w := range words {
-			if strings.Contains(c, w) {
-				return true
-			}
-		}
-	}
-	return false
-}
-
-// prepass finds the title, the text of the style elements (HTML and SVG
-// ones; those inside <template> are inert and skipped) and whether the page
-// links an external style sheet.
+// prepass finds the title, the page's style sheets in document order and
+// whether the page links an external style sheet. The style sheets are
+// the text of the style elements (HTML and SVG ones; those inside
+// <template> are inert and skipped) and the data: URL sheets of
+// <link rel=stylesheet>; a media attribute becomes an @media around the
+// sheet, and sheets that are not applied (another type, disabled,
+// alternate) are left out.
 func prepass(doc *html.Node) (title string, css []string, extCSS bool) {
 	total := 0
 	foundTitle := false
@@ -355,18 +364,21 @@ func prepass(doc *html.Node) (title string, css []string, extCSS bool) {
 			case n.DataAtom == atom.Template:
 				descend = false
 			case n.DataAtom == atom.Style && (n.Namespace == "" || n.Namespace == "svg"):
+				media, skip := sheetMedia(n.Attr)
 				for c := n.FirstChild; c != nil; c = c.NextSibling {
-					if c.Type == html.TextNode && total < maxStyleText {
-						total += len(c.Data)
-						css = append(css, c.Data)
+					if c.Type == html.TextNode && total < maxStyleText && !skip {
+						t := withMedia(c.Data, media)
+						total += len(t)
+						css = append(css, t)
 					}
 				}
 				descend = false
 			case n.DataAtom == atom.Link && n.Namespace == "":
-				for _, a := range n.Attr {
-					if a.Key == "rel" && strings.Contains(strings.ToLower(a.Val), "stylesheet") {
-						extCSS = true
-					}
+				c, ext := linkSheet(n.Attr)
+				extCSS = extCSS || ext
+				if c != "" && total < maxStyleText {
+					total += len(c)
+					css = append(css, c)
 				}
 			case n.DataAtom == atom.Title && n.Namespace == "" && !foundTitle:
 				foundTitle = true
@@ -395,10 +407,153 @@ func prepass(doc *html.Node) (title string, css []string, extCSS bool) {
 	return title, css, extCSS
 }
 
+// sheetMedia reads the attributes of a <style> or <link> element: the
+// media query it applies under ("" for all), and skip when it is not
+// applied at all (a type other than text/css, a disabled link, a media
+// attribute that cannot be a query).
+func sheetMedia(attrs []html.Attribute) (media string, skip bool) {
+	for _, a := range attrs {
+		if a.Namespace != "" {
+			continue
+		}
+		v := strings.ToLower(strings.TrimSpace(a.Val))
+		switch a.Key {
+		case "type":
+			skip = skip || v != "" && v != "text/css"
+		case "disabled":
+			skip = true
+		case "media":
+			if strings.ContainsAny(v, "{};") {
+				skip = true
+			} else if v != "all" {
+				media = v
+			}
+		}
+	}
+	return media, skip
+}
+
+// withMedia puts css under @media when the sheet has a media attribute.
+func withMedia(css, media string) string {
+	if media == "" {
+		return css
+	}
+	return "@media " + media + " {\n" + css + "\n}"
+}
+
+// linkSheet reads a <link> element: for a style sheet in a data: URL its
+// text (under its media attribute); external is set for a style sheet at
+// any other URL, which is never fetched.
+func linkSheet(attrs []html.Attribute) (css string, external bool) {
+	sheetRel, href := false, ""
+	for _, a := range attrs {
+		switch {
+		case a.Namespace != "":
+		case a.Key == "rel":
+			for r := range strings.FieldsSeq(strings.ToLower(a.Val)) {
+				switch r {
+				case "stylesheet":
+					sheetRel = true
+				case "alternate":
+					return "", false // not applied unless chosen
+				}
+			}
+		case a.Key == "href":
+			href = a.Val
+		}
+	}
+	if !sheetRel {
+		return "", false
+	}
+	media, skip := sheetMedia(attrs)
+	if skip {
+		return "", false
+	}
+	text, ok := dataURL(href)
+	if !ok {
+		return "", true
+	}
+	return withMedia(text, media), false
+}
+
+// dataURL decodes a data: URL (percent-encoded or base64), as a browser
+// does: without the fragment, with white space in base64 ignored. ok is
+// false when u is not a data: URL or its base64 is broken.
+func dataURL(u string) (string, bool) {
+	u = strings.TrimSpace(u)
+	if len(u) < 5 || !strings.EqualFold(u[:5], "data:") {
+		return "", false
+	}
+	if i := strings.IndexByte(u, '#'); i >= 0 {
+		u = u[:i]
+	}
+	comma := strings.IndexByte(u, ',')
+	if comma < 0 {
+		return "", false
+	}
+	meta, body := strings.ToLower(u[5:comma]), percentDecode(u[comma+1:])
+	if !strings.HasSuffix(strings.TrimRight(meta, " "), ";base64") {
+		return body, true
+	}
+	body = strings.Map(func(r rune) rune {
+		if r == ' ' || r == '\t' || r == '\n' || r == '\r' || r == '\f' {
+			return -1
+		}
+		return r
+	}, body)
+	b, err := base64.RawStdEncoding.DecodeString(strings.TrimRight(body, "="))
+	if err != nil {
+		return "", false
+	}
+	return string(b), true
+}
+
+// percentDecode decodes %XX escapes, leaving malformed ones as they are.
+func percentDecode(s string) string {
+	if strings.IndexByte(s, '%') < 0 {
+		return s
+	}
+	b := make([]byte, 0, len(s))
+	for i := 0; i < len(s); i++ {
+		if s[i] == '%' && i+2 < len(s) && isHex(s[i+1]) && isHex(s[i+2]) {
+			x, _ := strconv.ParseUint(s[i+1:i+3], 16, 8)
+			b = append(b, byte(x))
+			i += 2
+			continue
+		}
+		b = append(b, s[i])
+	}
+	return string(b)
+}
+
+// quirks reports whether the document may be rendered in quirks mode,
+// where class and id selectors match case-insensitively: it has no
+// doctype, one not named html, or a transitional or frameset one
+// (approximately the HTML standard's list).
+func quirks(doc *html.Node) bool {
+	for c := doc.FirstChild; c != nil; c = c.NextSibling {
+		if c.Type != html.DoctypeNode {
+			continue
+		}
+		if !strings.EqualFold(c.Data, "html") {
+			return true
+		}
+		for _, a := range c.Attr {
+			v := strings.ToLower(a.Val)
+			if a.Key == "public" && (strings.Contains(v, "transitional") || strings.Contains(v, "frameset") ||
+				strings.Contains(v, "html 3") || strings.Contains(v, "html 2") || strings.HasPrefix(v, "-//ietf//")) {
+				return true
+			}
+		}
+		return false
+	}
+	return true
+}
+
 // selected renders the elements matched by sel (outermost matches only),
 // each in the context of its ancestors: a match inside a hidden or dropped
 // element stays dropped.
-func (wk *walker) selected(doc *html.Node, sel cascadia.Selector, bg int32) {
+func (wk *walker) selected(doc *html.Node, sel cascadia.Selector, root frame) {
 	nodes := goquery.NewDocumentFromNode(doc).FindMatcher(sel).Nodes
 	matched := make(map[*html.Node]bool, len(nodes))
 	for _, n := range nodes {
@@ -418,7 +573,7 @@ outer:
 			chain = append(chain, p)
 		}
 		// Replay the ancestors from the top to get the context of n.
-		wk.stack = append(wk.stack[:0], frame{fg: colUnknown, bg: bg})
+		wk.stack = append(wk.stack[:0], root)
 		for i := len(chain) - 1; i >= 0; i-- {
 			a := chain[i]
 			if a.Type != html.ElementNode {

@@ -34,9 +34,12 @@ const (
 type frame struct {
 	act    action
 	hidden bool // text directly inside is not visible
+	closed bool // a closed <details>: only its first <summary> child shows
 	level  uint8
 	soft   hide
-	fg, bg int32
+	// fg and bg are the text and background colours, in the two variants
+	// of colorPick.
+	fg, bg [2]int32
 	prefix int    // writer prefix length to restore
 	mark   int    // writer buffer length at entry
 	href   string // link target
@@ -77,6 +80,7 @@ type walker struct {
 	scan     attrScan
 	classes  []string
 	replayed int // siblings replayed by armSiblings
+	work     colorBudget
 }
 
 // Elements dropped with everything in them.
@@ -140,7 +144,7 @@ func (wk *walker) walk(root *html.Node, ctx frame) {
 func (wk *walker) scanAttrs(n *html.Node) {
 	wk.scan = attrScan{}
 	wk.classes = wk.classes[:0]
-	wk.info = elemInfo{n: n}
+	wk.info = elemInfo{n: n, depth: len(wk.stack), work: &wk.work}
 	s := &wk.scan
 	for i := range n.Attr {
 		a := &n.Attr[i]
@@ -155,10 +159,16 @@ func (wk *walker) scanAttrs(n *html.Node) {
 		case "style":
 			s.style = a.Val
 		case "class":
+			if wk.sheet.fold {
+				foldAttr(a)
+			}
 			for c := range strings.FieldsSeq(a.Val) {
 				wk.classes = append(wk.classes, strings.ToLower(c))
 			}
 		case "id":
+			if wk.sheet.fold {
+				foldAttr(a)
+			}
 			wk.info.id = strings.ToLower(strings.TrimSpace(a.Val))
 		case "alt":
 			s.alt, s.hasAlt = a.Val, true
@@ -170,6 +180,10 @@ func (wk *walker) scanAttrs(n *html.Node) {
 			s.open = true
 		case "color":
 			s.color = a.Val
+		case "text":
+			if n.DataAtom == atom.Body {
+				s.color = a.Val
+			}
 		case "bgcolor":
 			s.bgcolor = a.Val
 		case "role":
@@ -236,6 +250,24 @@ func (wk *walker) armSiblings(n *html.Node) {
 	}
 }
 
+// foldAttr lower-cases an attribute's value in place, so that the
+// colour rules' selectors (folded too) match class and id names
+// case-insensitively, as on a quirks mode page.
+func foldAttr(a *html.Attribute) {
+	for i := 0; i < len(a.Val); i++ {
+		if c := a.Val[i]; c >= 'A' && c <= 'Z' {
+			a.Val = strings.ToLower(a.Val)
+			return
+		}
+	}
+}
+
+// rootFrame is the frame around the document: the default text colour
+// fg and the canvas background bg.
+func rootFrame(fg, bg int32) frame {
+	return frame{fg: [2]int32{fg, fg}, bg: [2]int32{bg, bg}}
+}
+
 // visible computes the frame of element n (a child of the top of the
 // stack) and whether it is rendered at all. It leaves the attributes of n
 // in wk.scan.
@@ -251,59 +283,62 @@ func (wk *walker) visible(n *html.Node) (frame, bool) {
 		eff = wk.siblingStep()
 	}
 	s := &wk.scan
-	if skip || s.hard || n.DataAtom == atom.Dialog && !s.open {
+	p := wk.top()
+	if skip || s.hard || n.DataAtom == atom.Dialog && !s.open || p.closed && !firstSummary(n) {
 		return frame{}, false
 	}
-	p := wk.top()
-	f := frame{soft: p.soft, fg: p.fg, bg: p.bg}
+	f := frame{soft: p.soft, closed: n.DataAtom == atom.Details && !s.open}
+	var cp colorPick
 	if s.color != "" {
 		if c := parseColor(strings.ToLower(strings.TrimSpace(s.color))); c != colUnknown {
-			f.fg = c
+			offer(&cp.fg, c, rank(tierAttr, 0, 0), false)
 		}
 	}
 	if s.bgcolor != "" {
 		if c := parseColor(strings.ToLower(strings.TrimSpace(s.bgcolor))); c >= 0 {
-			f.bg = c
+			offer(&cp.bg, c, rank(tierAttr, 0, 0), false)
 		}
 	}
+	var st style
 	if s.style != "" {
-		st := evalStyle(s.style)
+		st = evalStyle(s.style)
 		if st.set&hideHard != 0 {
 			return frame{}, false
 		}
 		f.soft = f.soft&^st.clear | st.set&(hideFont|hideVis)
-		if st.fg != colUnknown {
-			f.fg = st.fg
+		if st.fg != colNone {
+			offer(&cp.fg, st.fg, rank(tierOf(st.fgImp, false, true), 0, 0), false)
 		}
-		if st.bg >= 0 {
-			f.bg = st.bg
+		if st.bg != colNone {
+			offer(&cp.bg, st.bg, rank(tierOf(st.bgImp, false, true), 0, 0), false)
 		}
 	}
-	eff |= wk.sheet.effect(&wk.info)
-	if eff&hideHard != 0 {
+	eff |= wk.sheet.effect(&wk.info, &cp)
+	if eff&hideHard != 0 || (eff|st.set)&hidePartial == hidePartial {
 		return frame{}, false
 	}
-	if eff&hideColor != 0 {
-		f.fg = colTransparent
+	cp.apply(&f, p)
+	if (eff|st.set)&hideColor != 0 {
+		// Transparent text stays hidden whatever else sets a colour.
+		f.fg = [2]int32{colTransparent, colTransparent}
 	}
 	f.soft |= eff & (hideFont | hideVis)
-	f.hidden = f.soft != 0 || f.fg == colTransparent || sameColor(f.fg, f.bg)
+	f.hidden = f.soft != 0 || f.closed || f.colorHidden()
 	return f, true
 }
 
-// sameColor reports whether two known colours are too close to tell apart
-// (every channel within 16).
-func sameColor(a, b int32) bool {
-	if a < 0 || b < 0 {
+// firstSummary reports whether n is the first <summary> child of its
+// parent (the one a closed <details> shows).
+func firstSummary(n *html.Node) bool {
+	if n.DataAtom != atom.Summary || n.Parent == nil {
 		return false
 	}
-	for sh := 0; sh < 24; sh += 8 {
-		d := (a>>sh)&0xff - (b>>sh)&0xff
-		if d > 16 || d < -16 {
-			return false
+	for c := n.Parent.FirstChild; c != nil; c = c.NextSibling {
+		if c.Type == html.ElementNode && c.DataAtom == atom.Summary && c.Namespace == "" {
+			return c == n
 		}
 	}
-	return true
+	return false
 }
 
 // context computes the frame of ancestor a of a selected element.

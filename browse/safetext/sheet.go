@@ -3,22 +3,79 @@ package safetext
 import (
 	"strings"
 
+	"github.com/andybalholm/cascadia"
 	"golang.org/x/net/html"
 )
 
-// A sheet holds the hiding rules taken from a page's <style> elements, and
-// the built-in classes that sites use for screen-reader-only text. It is a
-// cheap over-approximation of the cascade: a rule that hides anything is
-// applied to every element its key selector could match; overrides,
-// specificity and most pseudo-classes are ignored, so at worst visible text
-// is dropped, hidden text never kept because of them.
+// A sheet holds the hiding rules taken from a page's style sheets (its
+// <style> elements and data: URL sheets), and the built-in classes that
+// sites use for screen-reader-only text. It is a cheap over-approximation
+// of the cascade: a rule that hides anything is applied to every element
+// its key selector could match; overrides, specificity and most
+// pseudo-classes are ignored, so at worst visible text is dropped, hidden
+// text never kept because of them.
+//
+// Colours are the exception: whether text has the colour of its
+// background depends on which declaration wins, so the sheet also holds
+// every rule that sets a text or background colour, matched exactly (by
+// cascadia) and ranked as the cascade ranks them (see colorPick).
 type sheet struct {
 	rules   []sheetRule
+	colors  []colorRule
+	index   ruleIndex
+	sibling []sibRule
+	// fold: class and id names match ASCII case-insensitively (a quirks
+	// mode page); colour selectors are folded to lower case.
+	fold bool
+	// external: an @import of a style sheet that is not a data: URL (not
+	// fetched, so backgrounds are unknown).
+	external bool
+	imported int // bytes of data: sheets taken from @import
+	selBytes int // bytes of colour selectors built (nesting resolved)
+}
+
+// ruleIndex finds the rules whose key compound could match an element.
+// Entries are indexes into sheet.rules, or ^i for sheet.colors[i].
+type ruleIndex struct {
 	byClass map[string][]int32
 	byID    map[string][]int32
 	byTag   map[string][]int32
 	other   []int32 // attribute-only, universal and custom-element rules
-	sibling []sibRule
+}
+
+// add indexes entry i under the key compound c.
+func (x *ruleIndex) add(c *compound, i int32) {
+	switch {
+	case len(c.classes) > 0:
+		x.byClass[c.classes[0]] = append(x.byClass[c.classes[0]], i)
+	case len(c.ids) > 0:
+		x.byID[c.ids[0]] = append(x.byID[c.ids[0]], i)
+	case c.tag != "" && len(c.attrs) == 0 && !c.custom:
+		x.byTag[c.tag] = append(x.byTag[c.tag], i)
+	default:
+		x.other = append(x.other, i)
+	}
+}
+
+// colorRule is a rule that sets a text or background colour.
+type colorRule struct {
+	c   compound     // the key compound: a cheap pre-filter
+	sel cascadia.Sel // the whole selector; nil: c is all that is matched
+	// fg and bg are the declared values (colNone: not declared).
+	fg, bg       int32
+	fgImp, bgImp bool
+	layered      bool
+	// uncertain: the rule may or may not apply (it is under @media,
+	// @supports or a media attribute, or its selector is matched only
+	// approximately); see colorPick.
+	uncertain bool
+	spec      uint32
+	order     int32
+	// Shape of sel, for the cost of matching it: its descendant and
+	// general-sibling combinators (also inside :not()), and whether it
+	// counts siblings (:nth-child() and the like).
+	desc, sibs uint8
+	nth        bool
 }
 
 type sheetRule struct {
@@ -44,6 +101,7 @@ type compound struct {
 	attrs   []attrCond
 	custom  bool // :not(:defined) — only custom elements
 	nest    bool // contains & (CSS nesting)
+	state   bool // a user-action or state pseudo-class (:hover, :focus...)
 }
 
 type attrCond struct {
@@ -66,36 +124,35 @@ var builtinHidden = []string{
 }
 
 func newSheet() *sheet {
-	s := &sheet{
+	s := &sheet{index: ruleIndex{
 		byClass: make(map[string][]int32, len(builtinHidden)+16),
 		byID:    map[string][]int32{},
 		byTag:   map[string][]int32{},
-	}
+	}}
 	for _, c := range builtinHidden {
 		s.add(compound{classes: []string{c}}, hideHard)
 	}
 	return s
 }
 
-// builtinSheet is used, read-only, for pages without <style> elements.
+// builtinSheet is used, read-only, for pages without style sheets.
 var builtinSheet = newSheet()
 
 func (s *sheet) add(c compound, eff hide) {
-	if len(s.rules) >= maxRules {
+	if len(s.rules)+len(s.colors) >= maxRules {
 		return
 	}
-	i := int32(len(s.rules))
+	s.index.add(&c, int32(len(s.rules)))
 	s.rules = append(s.rules, sheetRule{c: c, eff: eff})
-	switch {
-	case len(c.classes) > 0:
-		s.byClass[c.classes[0]] = append(s.byClass[c.classes[0]], i)
-	case len(c.ids) > 0:
-		s.byID[c.ids[0]] = append(s.byID[c.ids[0]], i)
-	case c.tag != "" && len(c.attrs) == 0 && !c.custom:
-		s.byTag[c.tag] = append(s.byTag[c.tag], i)
-	default:
-		s.other = append(s.other, i)
+}
+
+func (s *sheet) addColor(r colorRule) {
+	if len(s.rules)+len(s.colors) >= maxRules {
+		return
 	}
+	r.order = int32(len(s.colors))
+	s.index.add(&r.c, ^int32(len(s.colors)))
+	s.colors = append(s.colors, r)
 }
 
 // Limits on what is taken from a page's styles.
@@ -104,14 +161,30 @@ const (
 	maxSibRules  = 64
 	maxCSSNest   = 16
 	maxStyleText = 4 << 20
+	maxColorSel  = 4096 // bytes of a colour rule's selector, nesting resolved
 )
 
-// parseCSS adds the hiding rules of a style sheet.
+// scope is where a rule stands.
+type scope struct {
+	// cond: under a condition that may or may not hold (@media other
+	// than print only, @supports, @container, a media attribute).
+	cond    bool
+	layered bool // in a cascade layer
+	// top: at the top level of a style sheet, where @import is allowed
+	// (before any other rule).
+	top bool
+	// parent: the selector list of the enclosing rule (CSS nesting), or
+	// "*" (with approx set) when it grew too long to resolve.
+	parent string
+	approx bool
+}
+
+// parseCSS adds the rules of a style sheet.
 func (s *sheet) parseCSS(css string) {
 	if strings.Contains(css, "/*") {
 		css = stripComments(css)
 	}
-	s.parseRules(css, 0, nil)
+	s.parseRules(css, 0, nil, scope{top: true})
 }
 
 func stripComments(css string) string {
@@ -156,40 +229,70 @@ func scanTo(s string, set string) int {
 
 // blockEnd returns the index of the '}' closing a block whose content
 // starts at s[0], or len(s).
-func blockEnd(s string) int {
+func blockEnd(s string) int { return scanLevel(s, '{', '}', '}') }
+
+// statementEnd returns the index of the ';' that ends the statement at
+// the start of s (outside strings and parentheses), or len(s).
+func statementEnd(s string) int { return scanLevel(s, '(', ')', ';') }
+
+// scanLevel returns the index of the first stop byte at nesting level 0
+// (open and close change the level) outside strings, or len(s).
+func scanLevel(s string, open, close, stop byte) int {
 	depth := 0
 	for i := 0; i < len(s); i++ {
-		switch s[i] {
-		case '"', '\'':
-			j := strings.IndexByte(s[i+1:], s[i])
-			if j < 0 {
-				return len(s)
-			}
-			i += j + 1
-		case '\\':
-			i++
-		case '{':
+		switch c := s[i]; {
+		case c == '"' || c == '\'' || c == '\\':
+			i = tokenEnd(s, i) - 1
+		case c == stop && depth <= 0:
+			return i
+		case c == open:
 			depth++
-		case '}':
-			if depth == 0 {
-				return i
-			}
+		case c == close:
 			depth--
 		}
 	}
 	return len(s)
 }
 
-func (s *sheet) parseRules(css string, depth int, parents []compound) {
+// tokenEnd returns the end of the string or escape that starts at s[i]
+// (a quote or a backslash): the index after its last byte.
+func tokenEnd(s string, i int) int {
+	if s[i] == '\\' {
+		return min(i+2, len(s))
+	}
+	if j := strings.IndexByte(s[i+1:], s[i]); j >= 0 {
+		return i + j + 2
+	}
+	return len(s)
+}
+
+func (s *sheet) parseRules(css string, depth int, parents []compound, sc scope) {
+	imports := sc.top
+	sc.top = false
 	for css != "" {
+		if imports {
+			css = strings.TrimLeft(css, " \t\n\r\f")
+			if atRule(css, "@import") {
+				// Up to the ';' outside strings and url(): an unquoted
+				// url() may hold braces.
+				j := statementEnd(css)
+				s.importRule(css[len("@import"):j], depth, sc)
+				css = css[min(j+1, len(css)):]
+				continue
+			}
+		}
 		j := scanTo(css, "{;}")
 		if j == len(css) {
 			return
 		}
 		if css[j] != '{' {
+			if stmt := strings.TrimSpace(css[:j]); !atRule(stmt, "@charset") && !atRule(stmt, "@layer") && stmt != "" {
+				imports = false
+			}
 			css = css[j+1:]
 			continue
 		}
+		imports = false
 		prelude := strings.TrimSpace(css[:j])
 		body := css[j+1:]
 		k := blockEnd(body)
@@ -204,21 +307,98 @@ func (s *sheet) parseRules(css string, depth int, parents []compound) {
 			if i := strings.IndexAny(name, " \t\n({"); i >= 0 {
 				name = name[:i]
 			}
+			inner := sc
 			switch name {
 			case "media":
 				if printOnly(prelude[len("@media"):]) {
 					continue
 				}
-				fallthrough
-			case "supports", "layer", "container", "document", "-moz-document", "scope", "starting-style":
-				if depth < maxCSSNest {
-					s.parseRules(block, depth+1, parents)
-				}
+				inner.cond = true
+			case "supports", "container", "document", "-moz-document", "scope", "starting-style":
+				inner.cond = true
+			case "layer":
+				inner.layered = true
+			default:
+				continue // @font-face, @keyframes, @page, ...
 			}
-			continue // @font-face, @keyframes, @page, ...
+			if depth < maxCSSNest {
+				s.parseRules(block, depth+1, parents, inner)
+			}
+			continue
 		}
-		s.rule(prelude, block, depth, parents)
+		s.rule(prelude, block, depth, parents, sc)
 	}
+}
+
+// atRule reports whether stmt starts with the at-keyword name.
+func atRule(stmt, name string) bool {
+	return len(stmt) >= len(name) && strings.EqualFold(stmt[:len(name)], name) &&
+		(len(stmt) == len(name) || !isIdentByte(stmt[len(name)]))
+}
+
+// importRule handles `@import url(...) [layer] [supports()] [media];`
+// (rest is what follows @import). A data: URL sheet is parsed like the
+// page's own; any other URL is not fetched and marks the sheet external.
+func (s *sheet) importRule(rest string, depth int, sc scope) {
+	u, cond := cssURL(strings.TrimSpace(rest))
+	if u == "" {
+		return
+	}
+	css, ok := dataURL(u)
+	if !ok {
+		s.external = true
+		return
+	}
+	cond = strings.TrimSpace(cond)
+	low := strings.ToLower(cond)
+	if strings.HasPrefix(low, "layer") {
+		sc.layered = true
+		if strings.HasPrefix(low, "layer(") {
+			cond = cond[min(len(cond), scanSel(cond[6:], ')')+7):]
+		} else {
+			cond = cond[5:]
+		}
+		cond = strings.TrimSpace(cond)
+	}
+	if cond != "" {
+		if printOnly(cond) {
+			return
+		}
+		sc.cond = true
+	}
+	if depth >= maxCSSNest || s.imported+len(css) > maxStyleText {
+		return
+	}
+	s.imported += len(css)
+	if strings.Contains(css, "/*") {
+		css = stripComments(css)
+	}
+	sc.top = true
+	s.parseRules(css, depth+1, nil, sc)
+}
+
+// cssURL reads url(...), url("...") or a string at the start of s and
+// returns it and what follows.
+func cssURL(s string) (u, rest string) {
+	switch {
+	case len(s) > 4 && strings.EqualFold(s[:4], "url("):
+		end := 4 + scanSel(s[4:], ')')
+		u = strings.TrimSpace(s[4:min(end, len(s))])
+		rest = s[min(end+1, len(s)):]
+		if len(u) >= 2 && (u[0] == '"' || u[0] == '\'') && u[len(u)-1] == u[0] {
+			u = u[1 : len(u)-1]
+		}
+	case len(s) > 1 && (s[0] == '"' || s[0] == '\''):
+		end := strings.IndexByte(s[1:], s[0])
+		if end < 0 {
+			return "", ""
+		}
+		u, rest = s[1:1+end], s[2+end:]
+	}
+	if strings.IndexByte(u, '\\') >= 0 {
+		u = decodeCSS(u)
+	}
+	return u, rest
 }
 
 // printOnly reports whether a media query list applies to print only
@@ -241,7 +421,7 @@ func printOnly(q string) bool {
 }
 
 // rule handles one qualified rule.
-func (s *sheet) rule(prelude, block string, depth int, parents []compound) {
+func (s *sheet) rule(prelude, block string, depth int, parents []compound, sc scope) {
 	decls := block
 	nested := strings.IndexByte(block, '{') >= 0
 	if nested {
@@ -264,20 +444,223 @@ func (s *sheet) rule(prelude, block string, depth int, parents []compound) {
 		}
 		decls = b.String()
 	}
-	eff := evalStyle(decls).set
+	st := evalStyle(decls)
+	eff := st.set
 	var targets []compound
 	if eff != 0 || nested {
 		targets = s.selectors(prelude, eff, parents)
 	}
-	if nested && depth < maxCSSNest {
-		s.parseRules(block, depth+1, targets)
+	if st.fg != colNone || st.bg != colNone {
+		s.colorRules(prelude, &st, sc)
 	}
+	if nested && depth < maxCSSNest {
+		inner := sc
+		if p := nestedList(prelude, sc.parent); len(p) <= maxColorSel && !sc.approx {
+			inner.parent = p
+		} else {
+			inner.parent, inner.approx = "*", true
+		}
+		s.parseRules(block, depth+1, targets, inner)
+	}
+}
+
+// colorRules adds a colour rule for each selector of list.
+func (s *sheet) colorRules(list string, st *style, sc scope) {
+	for len(list) > 0 {
+		j := scanSel(list, ',')
+		sel := strings.TrimSpace(list[:j])
+		if j < len(list) {
+			list = list[j+1:]
+		} else {
+			list = ""
+		}
+		if sel == "" {
+			continue
+		}
+		if len(s.rules)+len(s.colors) >= maxRules {
+			return
+		}
+		r := colorRule{fg: st.fg, bg: st.bg, fgImp: st.fgImp, bgImp: st.bgImp, layered: sc.layered, uncertain: sc.cond || sc.approx}
+		// Past a page's worth of selector text, nesting is not resolved
+		// and selectors are matched by their key compound only.
+		exact := s.selBytes+len(sel)+len(sc.parent) <= maxStyleText
+		if exact {
+			if sc.parent != "" {
+				sel = nestSelector(sel, sc.parent)
+			}
+			s.selBytes += len(sel)
+		}
+		text, approx := s.colorSelector(sel)
+		r.uncertain = r.uncertain || approx
+		r.desc, r.sibs, r.nth = selectorShape(text)
+		if cs, err := cascadia.Parse(text); exact && err == nil && len(text) <= maxColorSel && r.desc+r.sibs <= maxColorComb &&
+			!strings.Contains(strings.ToLower(text), ":has(") {
+			sp := cs.Specificity()
+			r.sel, r.spec = cs, packSpec(sp[0], sp[1], sp[2])
+		} else {
+			r.uncertain = true
+		}
+		comps, _, ok := parseSelector(text)
+		if !ok || len(comps) == 0 {
+			continue
+		}
+		r.c = comps[len(comps)-1]
+		if r.sel == nil {
+			// Matched by its key compound alone: never for a state
+			// (:hover) or when the key is only `&`.
+			if r.c.state || r.c.nest {
+				continue
+			}
+			r.spec = packSpec(len(r.c.ids), len(r.c.classes)+len(r.c.attrs), min(len(r.c.tag), 1))
+		}
+		r.c.nest = false
+		s.addColor(r)
+	}
+}
+
+// colorSelector rewrites a selector for cascadia: :is(), :matches() and
+// :any() become :not(:not()), which match and count the same; :where()
+// too, but its specificity is then too high, so approx is set. On a
+// quirks mode page, class and id names are folded to lower case.
+func (s *sheet) colorSelector(sel string) (text string, approx bool) {
+	low := strings.ToLower(sel)
+	if strings.Contains(low, ":where(") {
+		approx = true
+	}
+	if strings.Contains(low, ":is(") || strings.Contains(low, ":where(") || strings.Contains(low, "any(") || strings.Contains(low, ":matches(") {
+		sel = rewriteIs(sel)
+	}
+	if s.fold {
+		sel = foldNames(sel)
+	}
+	return sel, approx
+}
+
+// isAliases are the pseudo-classes that mean :is().
+var isAliases = []string{":is(", ":where(", ":matches(", ":any(", ":-webkit-any(", ":-moz-any("}
+
+// rewriteIs replaces every :is(X) (and its aliases) by :not(:not(X)).
+func rewriteIs(sel string) string {
+	var b strings.Builder
+	var closes []bool // for each open parenthesis: does it close an alias?
+	for i := 0; i < len(sel); i++ {
+		c := sel[i]
+		switch c {
+		case '"', '\'', '\\':
+			end := tokenEnd(sel, i)
+			b.WriteString(sel[i:end])
+			i = end - 1
+			continue
+		case ':':
+			if a := isAlias(sel[i:]); a > 0 {
+				b.WriteString(":not(:not(")
+				closes = append(closes, true)
+				i += a - 1
+				continue
+			}
+		case '(':
+			closes = append(closes, false)
+		case ')':
+			if n := len(closes); n > 0 {
+				if closes[n-1] {
+					b.WriteByte(')')
+				}
+				closes = closes[:n-1]
+			}
+		}
+		b.WriteByte(c)
+	}
+	return b.String()
+}
+
+// isAlias returns the length of the :is() alias s starts with, or 0.
+func isAlias(s string) int {
+	for _, a := range isAliases {
+		if len(s) >= len(a) && strings.EqualFold(s[:len(a)], a) {
+			return len(a)
+		}
+	}
+	return 0
+}
+
+// foldNames lower-cases the class and id names of a selector.
+func foldNames(sel string) string {
+	b := []byte(sel)
+	for i := 0; i < len(b); i++ {
+		switch b[i] {
+		case '"', '\'', '\\':
+			i = tokenEnd(sel, i) - 1
+		case '[':
+			i += scanSel(sel[i+1:], ']')
+		case '.', '#':
+			for i+1 < len(b) && isIdentByte(b[i+1]) {
+				i++
+				if b[i] >= 'A' && b[i] <= 'Z' {
+					b[i] += 'a' - 'A'
+				}
+			}
+		}
+	}
+	return string(b)
+}
+
+// nestedList returns the selector list of a nested rule's parent: the
+// rule's own list with & resolved against the enclosing parent list.
+func nestedList(list, parent string) string {
+	if parent == "" {
+		return list
+	}
+	var out []string
+	size := 0
+	for len(list) > 0 && size <= maxColorSel {
+		j := scanSel(list, ',')
+		if sel := strings.TrimSpace(list[:j]); sel != "" {
+			out = append(out, nestSelector(sel, parent))
+			size += len(out[len(out)-1]) + 2
+		}
+		if j < len(list) {
+			list = list[j+1:]
+		} else {
+			list = ""
+		}
+	}
+	return strings.Join(out, ", ")
+}
+
+// nestSelector resolves a nested selector against its parent list: &
+// stands for :is(parent), and a selector without & is relative to it.
+func nestSelector(sel, parent string) string {
+	is := ":is(" + parent + ")"
+	var b strings.Builder
+	amp := false
+	for i := 0; i < len(sel); i++ {
+		switch c := sel[i]; c {
+		case '"', '\'', '\\':
+			end := tokenEnd(sel, i)
+			b.WriteString(sel[i:end])
+			i = end - 1
+		case '&':
+			b.WriteString(is)
+			amp = true
+		default:
+			b.WriteByte(c)
+		}
+	}
+	if !amp {
+		return is + " " + sel
+	}
+	return b.String()
 }
 
 // selectors parses a selector list, adds a rule for each selector when eff
 // is not zero, and returns the key compounds (the parents of nested rules).
+//
+// The parents' keys are added at most once, however many selectors of the
+// list stand for them: otherwise nested lists would multiply them at
+// every level.
 func (s *sheet) selectors(list string, eff hide, parents []compound) []compound {
 	var keys []compound
+	withParents := false
 	for len(list) > 0 {
 		j := scanSel(list, ',')
 		sel := list[:j]
@@ -317,6 +700,12 @@ func (s *sheet) selectors(list string, eff hide, parents []compound) []compound 
 					targets = []compound{l}
 				}
 			}
+		}
+		if len(targets) > 0 && len(parents) > 0 && &targets[0] == &parents[0] {
+			if withParents {
+				continue
+			}
+			withParents = true
 		}
 		for _, t := range targets {
 			if eff != 0 {
@@ -459,6 +848,9 @@ func parseSelector(sel string) (comps []compound, combs []byte, ok bool) {
 				element = true
 			case "empty":
 				return nil, nil, false
+			case "hover", "active", "focus", "focus-within", "focus-visible", "visited", "target",
+				"target-within", "checked", "-moz-focusring", "autofill", "-webkit-autofill":
+				cur.state = true
 			case "not":
 				if arg == ":defined" {
 					cur.custom = true
@@ -522,7 +914,9 @@ func parseAttrSel(s string) attrCond {
 type elemInfo struct {
 	n       *html.Node
 	id      string
-	classes []string // lower-case
+	classes []string     // lower-case
+	depth   int          // of n in the walk
+	work    *colorBudget // for matching colour rules
 }
 
 func (c *compound) match(e *elemInfo) bool {
@@ -588,32 +982,197 @@ func (a *attrCond) match(n *html.Node) bool {
 	return false
 }
 
-// effect returns the union of the effects of the rules matching e.
-func (s *sheet) effect(e *elemInfo) hide {
+// effect returns the union of the effects of the hiding rules matching e,
+// and offers the colour rules matching e to cp.
+func (s *sheet) effect(e *elemInfo, cp *colorPick) hide {
 	var h hide
 	check := func(idx []int32) {
 		for _, i := range idx {
+			if i < 0 {
+				s.color(&s.colors[^i], e, cp)
+				continue
+			}
 			r := &s.rules[i]
 			if h&r.eff != r.eff && r.c.match(e) {
 				h |= r.eff
 			}
 		}
 	}
+	x := &s.index
 	for _, c := range e.classes {
-		if idx, ok := s.byClass[c]; ok {
+		if idx, ok := x.byClass[c]; ok {
 			check(idx)
 		}
 	}
 	if e.id != "" {
-		if idx, ok := s.byID[e.id]; ok {
+		if idx, ok := x.byID[e.id]; ok {
 			check(idx)
 		}
 	}
-	if len(s.byTag) > 0 {
-		if idx, ok := s.byTag[e.n.Data]; ok {
+	if len(x.byTag) > 0 {
+		if idx, ok := x.byTag[e.n.Data]; ok {
 			check(idx)
 		}
 	}
-	check(s.other)
+	check(x.other)
 	return h
+}
+
+// color offers the declarations of r to cp when r matches e. r's whole
+// selector is matched when e.work affords it; otherwise its key compound
+// alone decides and the rule counts as uncertain (it can hide text, not
+// show it).
+func (s *sheet) color(r *colorRule, e *elemInfo, cp *colorPick) {
+	if !r.c.match(e) {
+		return
+	}
+	uncertain := r.uncertain
+	if r.sel != nil {
+		if e.work.afford(r, e) {
+			if !r.sel.Match(e.n) {
+				return
+			}
+		} else {
+			uncertain = true
+		}
+	}
+	if r.fg != colNone {
+		offer(&cp.fg, r.fg, rank(tierOf(r.fgImp, r.layered, false), r.spec, r.order), uncertain)
+	}
+	if r.bg != colNone {
+		offer(&cp.bg, r.bg, rank(tierOf(r.bgImp, r.layered, false), r.spec, r.order), uncertain)
+	}
+}
+
+// Bounds on matching colour selectors: cascadia searches ancestors for
+// each descendant combinator and siblings for each ~ (so a hostile page
+// could make one match take depth^n steps), and counts siblings for
+// :nth-child().
+const (
+	maxColorComb  = 6       // combinators of a selector matched exactly
+	maxColorMatch = 1 << 17 // worst-case steps of one exact match
+	maxColorWork  = 1 << 26 // worst-case steps of all exact matches of a page
+)
+
+// colorBudget is what one HTML call may spend on matching colour
+// selectors exactly, by their worst case; past it they are matched by
+// their key compound. It is deterministic: the same page gives the same
+// output whatever the machine's load.
+type colorBudget struct {
+	spent    int64
+	siblings map[*html.Node]int64 // element children, by parent
+}
+
+// afford reports whether r may be matched exactly at e, and charges its
+// worst case.
+func (b *colorBudget) afford(r *colorRule, e *elemInfo) bool {
+	if b == nil {
+		return false
+	}
+	cost := int64(1)
+	if r.desc > 0 || r.sibs > 0 || r.nth {
+		sib := b.siblingsOf(e.n)
+		for range r.desc {
+			if cost *= int64(max(e.depth, 1)); cost > maxColorMatch {
+				return false
+			}
+		}
+		for range r.sibs {
+			if cost *= sib; cost > maxColorMatch {
+				return false
+			}
+		}
+		if r.nth {
+			cost += sib
+		}
+	}
+	if cost > maxColorMatch || b.spent+cost > maxColorWork {
+		return false
+	}
+	b.spent += cost
+	return true
+}
+
+// siblingsOf returns how many element children n's parent has.
+func (b *colorBudget) siblingsOf(n *html.Node) int64 {
+	p := n.Parent
+	if p == nil {
+		return 1
+	}
+	if c, ok := b.siblings[p]; ok {
+		return c
+	}
+	var c int64
+	for k := p.FirstChild; k != nil; k = k.NextSibling {
+		if k.Type == html.ElementNode {
+			c++
+		}
+	}
+	if b.siblings == nil {
+		b.siblings = map[*html.Node]int64{}
+	}
+	b.siblings[p] = c
+	return c
+}
+
+// selectorShape returns, for the costliest alternative of a selector
+// list, how many descendant and general-sibling combinators one match
+// may have to search through (those in :not() add to those around it),
+// and whether the selector counts siblings (:nth-child() and the like).
+func selectorShape(sel string) (desc, sibs uint8, nth bool) {
+	low := strings.ToLower(sel)
+	nth = strings.Contains(low, "nth-") || strings.Contains(low, "-child") || strings.Contains(low, "-of-type")
+	d, g := listShape(sel, 0)
+	return uint8(min(d, 255)), uint8(min(g, 255)), nth
+}
+
+// listShape is selectorShape's count for a selector list: the most of its
+// alternatives.
+func listShape(list string, level int) (desc, sibs int) {
+	for len(list) > 0 {
+		j := scanSel(list, ',')
+		d, g := chainShape(list[:j], level)
+		desc, sibs = max(desc, d), max(sibs, g)
+		if j == len(list) {
+			break
+		}
+		list = list[j+1:]
+	}
+	return desc, sibs
+}
+
+// chainShape counts the searching combinators of one complex selector,
+// with those of the selector lists in its parentheses.
+func chainShape(sel string, level int) (desc, sibs int) {
+	prev := byte(0) // the last byte that is not white space
+	space := false
+	for i := 0; i < len(sel); i++ {
+		c := sel[i]
+		switch c {
+		case '"', '\'', '\\':
+			i = tokenEnd(sel, i) - 1
+			c = 'a'
+		case '[':
+			i += scanSel(sel[i+1:], ']') + 1
+			c = 'a'
+		case '(':
+			end := i + 1 + scanSel(sel[i+1:], ')')
+			if level >= maxCSSNest {
+				return 255, 255 // too deep to judge: never matched exactly
+			}
+			d, g := listShape(sel[i+1:min(end, len(sel))], level+1)
+			desc, sibs = desc+d, sibs+g
+			i, c = end, 'a'
+		case ' ', '\t', '\n', '\r', '\f':
+			space = true
+			continue
+		case '~':
+			sibs++
+		}
+		if space && prev != 0 && strings.IndexByte(">+~,", prev) < 0 && strings.IndexByte(">+~,", c) < 0 {
+			desc++
+		}
+		space, prev = false, c
+	}
+	return desc, sibs
 }
