@@ -112,11 +112,13 @@ func TestCleanTextFalsePositives(t *testing.T) {
 	}{
 		{"go-sources", goSrc, isGoSource, nil, 0},
 		{"debian-docs", docRoot, isDocText, []string{
-			"libxmlsec1-dev/examples/rsakey.pem [private_key]",         // an RSA key shipped as an example
-			"python3-jwt/README.rst [jwt]",                             // an example JWT in PyJWT's README
-			"nodejs/changelogs/CHANGELOG_V20.md [password]",            // PASSWORD=nodejs in an example
-			"python3-pip/html/topics/authentication.md [url_password]", // https://user:he%2F%2Fo@…
-		}, 4},
+			"libxmlsec1-dev/examples/rsakey.pem [private_key]",               // an RSA key shipped as an example
+			"libio-socket-ssl-perl/examples/simulate_proxy.pl [private_key]", // a test key in an example script
+			"libnet-ssleay-perl/examples/server_key.pem [private_key]",       // an encrypted RSA key shipped as an example
+			"python3-jwt/README.rst [jwt]",                                   // an example JWT in PyJWT's README
+			"nodejs/changelogs/CHANGELOG_V20.md [password]",                  // PASSWORD=nodejs in an example
+			"python3-pip/html/topics/authentication.md [url_password]",       // https://user:he%2F%2Fo@…
+		}, 6},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			files := sampleFiles(tc.root, tc.keep, limit)
