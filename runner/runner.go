@@ -265,11 +265,13 @@ func createOptions(spec *Spec, imageID, instance string, en *EgressNet) (*contai
 	}
 	pids := l.Pids + pidsOverhead + runtimePidsOverhead(p.Runtime) // runtimes.go
 	mem := l.MemoryMB << 20
+	user, capAdd, env := launcherUser(p)
 	cfg := &container.Config{
 		Image:        imageID,
 		Entrypoint:   []string{launcherPath},
 		Cmd:          launcherArgs(p),
-		User:         p.User,
+		User:         user,
+		Env:          env,
 		WorkingDir:   jobproto.WorkDir,
 		Hostname:     "sandbox",
 		AttachStdin:  true,
@@ -297,6 +299,7 @@ func createOptions(spec *Spec, imageID, instance string, en *EgressNet) (*contai
 			jobproto.WorkDir: tmpfsOpts(""),
 		},
 		CapDrop:     []string{"ALL"},
+		CapAdd:      capAdd,
 		SecurityOpt: []string{"no-new-privileges:true", "seccomp=" + string(p.SeccompJSON)},
 		MaskedPaths: maskedPaths,
 		// No docker-init: the launcher is the container's init (pid 1), so no
@@ -350,6 +353,20 @@ func launcherArgs(p *profiles.Exec) []string {
 		return nil
 	}
 	return []string{"--preload", strings.Join(p.Preload, ",")}
+}
+
+// launcherUser is who the launcher runs as, with what capabilities and
+// environment. Under runc it is the profile's user, with none: the kernel
+// shields the container's init from the code. gVisor does not (a process
+// of the same uid may signal it and open its /proc entries), so under
+// runsc the launcher runs as root inside gVisor with CAP_SETUID,
+// CAP_SETGID (to start the code as the profile's user) and CAP_KILL (to
+// end it), and the code gets another uid than the launcher's.
+func launcherUser(p *profiles.Exec) (user string, capAdd []string, env []string) {
+	if p.Runtime == profiles.RuntimeRunsc {
+		return "0:0", []string{"SETUID", "SETGID", "KILL"}, []string{"SANDBOXD_CODE_USER=" + p.User}
+	}
+	return p.User, nil, nil
 }
 
 func splitUser(u string) (int, int, error) {

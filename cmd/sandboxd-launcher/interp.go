@@ -98,7 +98,7 @@ func startInterp(preload []string, out *frameWriter) (*interp, error) {
 		Dir:   jobproto.WorkDir,
 		Env:   os.Environ(),
 		Files: []*os.File{stdinR, stdoutW, stderrW, ctlR, kreqR, krespW, readyW},
-		Sys:   &syscall.SysProcAttr{Setpgid: true},
+		Sys:   &syscall.SysProcAttr{Setpgid: true, Credential: codeCred},
 	})
 	if err != nil {
 		return nil, fmt.Errorf("starting python: %w", err)

@@ -27,11 +27,14 @@ func runJob(in *interp, payload []byte, out *frameWriter) jobproto.Exit {
 	}
 	payload = nil
 	out.setKey(os.Stdout, job.Key)
-	if err := prepare(&job); err != nil {
+	if err := asCode(func() error { return prepare(&job) }); err != nil {
 		return jobproto.Exit{ExitCode: -1, Error: err.Error()}
 	}
 	exit := in.run(&job)
-	collect(jobproto.OutDir, outCaps{count: job.MaxOutCount, file: job.MaxOutFileBytes, total: job.MaxOutTotalBytes}, nil, out)
+	_ = asCode(func() error {
+		collect(jobproto.OutDir, outCaps{count: job.MaxOutCount, file: job.MaxOutFileBytes, total: job.MaxOutTotalBytes}, nil, out)
+		return nil
+	})
 	return exit
 }
 

@@ -64,6 +64,10 @@ func main() {
 	reserveThreads(8)
 
 	out := newFrameWriter(os.Stdout)
+	if err := setCodeUser(); err != nil {
+		_ = out.json(jobproto.TypeExit, jobproto.Exit{ExitCode: -1, Error: err.Error()})
+		os.Exit(1)
+	}
 	exit := run(out)
 	if err := out.json(jobproto.TypeExit, exit); err != nil {
 		fmt.Fprintln(os.Stderr, "sandboxd-launcher: writing exit frame:", err)

@@ -270,7 +270,7 @@ func (h *session) call(p []byte) error {
 	}
 	h.calls++
 	for _, f := range c.Files {
-		if err := putFile(jobproto.WorkDir, f); err != nil {
+		if err := asCode(func() error { return putFile(jobproto.WorkDir, f) }); err != nil {
 			end.Error = fmt.Sprintf("file %q: %v", f.Path, err)
 			_ = h.out.frame(jobproto.TypeStarted, nil)
 			return h.out.json(jobproto.TypeCallEnd, end)
@@ -284,7 +284,8 @@ func (h *session) call(p []byte) error {
 		return h.out.json(jobproto.TypeCallEnd, end)
 	}
 	k := h.k
-	before := snapshot(jobproto.OutDir)
+	var before map[string]sig
+	_ = asCode(func() error { before = snapshot(jobproto.OutDir); return nil })
 	var nonce [16]byte
 	_, _ = rand.Read(nonce[:])
 	marker := []byte("\x1esandboxd-end-" + hex.EncodeToString(nonce[:]) + "\x1e")
@@ -395,7 +396,7 @@ wait:
 		end.MaxRSSKB = k.exit.ru.Maxrss
 	}
 	end.MemoryBytes = memoryBytes()
-	collectChanged(jobproto.OutDir, before, &h.init, h.out)
+	_ = asCode(func() error { collectChanged(jobproto.OutDir, before, &h.init, h.out); return nil })
 	if err := h.out.json(jobproto.TypeCallEnd, end); err != nil {
 		return err
 	}

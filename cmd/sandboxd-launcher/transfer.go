@@ -22,7 +22,7 @@ func (h *session) put(p []byte) {
 		done.Error = "decoding the request: " + err.Error()
 	}
 	for _, f := range req.Files {
-		if err := putFile(jobproto.WorkDir, f); err != nil {
+		if err := asCode(func() error { return putFile(jobproto.WorkDir, f) }); err != nil {
 			done.Error = fmt.Sprintf("file %q: %v", f.Path, err)
 			break
 		}
@@ -38,7 +38,7 @@ func (h *session) get(p []byte) {
 	if err := json.Unmarshal(p, &req); err != nil {
 		done.Error = "decoding the request: " + err.Error()
 	} else {
-		done = getFile(jobproto.WorkDir, req, h.out)
+		_ = asCode(func() error { done = getFile(jobproto.WorkDir, req, h.out); return nil })
 	}
 	_ = h.out.json(jobproto.TypeDone, done)
 }
