@@ -81,7 +81,7 @@ func overlap(pfx netip.Prefix, r netpolicy.Range) string {
 	}
 	switch {
 	case r.Embeds4:
-		s += " (IPv6 addresses that embed IPv4 ones: every IPv4 address, private, loopback and the cloud metadata service included, where the host routes them)"
+		s += " (IPv6 addresses that embed IPv4 ones: every IPv4 address, private and loopback included, where the host routes them; the cloud metadata service and the unspecified address stay denied)"
 	case strings.Contains(r.Name, "loopback"):
 		s += " (services on the sandboxd host itself)"
 	case strings.Contains(r.Name, "link-local"):

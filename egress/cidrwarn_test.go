@@ -21,7 +21,7 @@ func TestCIDRWarnings(t *testing.T) {
 		{"127.0.0.0/8", "allow_cidrs[0] 127.0.0.0/8 opens loopback 127.0.0.0/8 (services on the sandboxd host itself)"},
 		{"10.20.30.0/24", "allow_cidrs[0] 10.20.30.0/24 opens 10.20.30.0/24 of private network 10.0.0.0/8 (hosts on internal networks)"},
 		{"192.168.0.0/16", "allow_cidrs[0] 192.168.0.0/16 opens private network 192.168.0.0/16 (hosts on internal networks)"},
-		{"64:ff9b::/96", "allow_cidrs[0] 64:ff9b::/96 opens NAT64 64:ff9b::/96 (IPv6 addresses that embed IPv4 ones: every IPv4 address, private, loopback and the cloud metadata service included, where the host routes them)"},
+		{"64:ff9b::/96", "allow_cidrs[0] 64:ff9b::/96 opens NAT64 64:ff9b::/96 (IPv6 addresses that embed IPv4 ones: every IPv4 address, private and loopback included, where the host routes them; the cloud metadata service and the unspecified address stay denied)"},
 		{"8.8.8.0/24", "allow_cidrs[0] 8.8.8.0/24 opens nothing: no always-denied address is in it, and public addresses need no entry; remove it"},
 		{"4000::/16", "allow_cidrs[0] 4000::/16 opens 4000::/16 of IPv6 outside global unicast 2000::/3"},
 		{"128.0.0.0/1", "allow_cidrs[0] 128.0.0.0/1 opens link-local 169.254.0.0/16 (services on the host's own network links); private network 172.16.0.0/12 (hosts on internal networks); IETF protocol assignments 192.0.0.0/24; documentation TEST-NET-1 192.0.2.0/24; and 11 more always-denied ranges; the cloud metadata addresses in it (169.254.169.254, 169.254.170.2, 169.254.169.253, 169.254.169.123, 168.63.129.16) stay denied: each opens only when named exactly, as 169.254.169.254/32"},

@@ -161,7 +161,7 @@ func (v Verdict) Reason() string {
 	switch {
 	case v.Denied:
 		s := fmt.Sprintf("address %s is in the always-denied range %s", v.Addr, v.Range.Name)
-		if e, ok := Embedded4(v.Addr); ok && v.Range.Embeds4 {
+		if e, ok := Embedded4(v.Addr); ok {
 			s += fmt.Sprintf(" (it embeds the IPv4 address %s)", e)
 		}
 		if v.Range.Never {
@@ -201,11 +201,22 @@ func Check(a netip.Addr, allow []netip.Prefix) Verdict {
 		v.Denied = true
 		return v
 	}
+	// An IPv6 address that embeds an IPv4 one (NAT64, 6to4, Teredo, ...)
+	// reaches that address through a translator: a range that opens the
+	// IPv6 block does not open a metadata service, or what is never
+	// opened, inside it; only naming the address exactly does.
+	exact := rng.Metadata
+	if v4, ok := Embedded4(a); ok {
+		if r4, denied := Classify(v4); denied && (r4.Metadata || r4.Never) {
+			v.Range = r4
+			exact = true
+		}
+	}
 	for _, p := range allow {
 		if !p.Contains(a) {
 			continue
 		}
-		if rng.Metadata && p.Bits() != a.BitLen() {
+		if exact && p.Bits() != a.BitLen() {
 			continue
 		}
 		v.OpenedBy = p

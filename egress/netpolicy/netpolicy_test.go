@@ -112,6 +112,16 @@ func TestCheckAllowCIDRs(t *testing.T) {
 		{"0.0.0.1", pfx("0.0.0.0/8"), false},
 		{"::", pfx("::/8"), true},
 		{"::", pfx("::/128"), true},
+		// A range of a translator's block (NAT64, 6to4, Teredo) does not
+		// open the metadata service, or the unspecified address, through
+		// it; naming the address exactly does; other addresses open.
+		{"64:ff9b::a9fe:a9fe", pfx("64:ff9b::/96"), true},
+		{"64:ff9b::a9fe:a9fe", pfx("64:ff9b::a9fe:a9fe/128"), false},
+		{"64:ff9b::808:808", pfx("64:ff9b::/96"), false},
+		{"64:ff9b:1:a9fe:a9:fe00::", pfx("64:ff9b:1::/48"), true},
+		{"2002:a9fe:a9fe::1", pfx("2002::/16"), true},
+		{"2002:808:808::1", pfx("2002::/16"), false},
+		{"64:ff9b::", pfx("64:ff9b::/96"), true},
 	}
 	for _, tc := range cases {
 		v := Check(netip.MustParseAddr(tc.addr), tc.allow)
