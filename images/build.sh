@@ -229,6 +229,7 @@ log "smoke-testing ${new_id#sha256:}"
 smoke='import json, csv, sqlite3, hashlib, ssl, decimal, zlib, base64, bz2, lzma, zoneinfo, os
 assert os.getuid() == 65534 and os.getcwd() == "/sandbox", (os.getuid(), os.getcwd())
 assert os.access("/usr/local/bin/sandboxd-launcher", os.X_OK), "launcher not executable"
+assert os.access("/usr/bin/bwrap", os.X_OK), "bubblewrap missing"
 zoneinfo.ZoneInfo("UTC")
 '"$EXTRA_SMOKE"'
 print("ok")'

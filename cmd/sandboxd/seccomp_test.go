@@ -14,6 +14,7 @@ import (
 	"syscall"
 	"testing"
 
+	"github.com/sandboxd/sandboxd/internal/seccompbpf"
 	"golang.org/x/sys/unix"
 )
 
@@ -21,7 +22,7 @@ const shippedSeccomp = "../../profiles/seccomp/default.json"
 
 func TestSeccompCheckShippedProfiles(t *testing.T) {
 	for _, file := range []string{shippedSeccomp, "../../profiles/seccomp/gvisor.json"} {
-		rep, err := checkSeccompFile(file)
+		rep, err := seccompbpf.CheckFile(file)
 		if err != nil {
 			t.Fatalf("%s: %v", file, err)
 		}
@@ -152,12 +153,12 @@ func TestSeccompRuleSelection(t *testing.T) {
 		{"names":["clone3"],"action":"SCMP_ACT_ERRNO","errnoRet":38},
 		{"names":["personality"],"action":"SCMP_ACT_ALLOW","args":[{"index":0,"value":0,"op":"SCMP_CMP_EQ"},{"index":0,"value":8,"op":"SCMP_CMP_EQ"}]}
 	]}`, runtime.GOARCH, other, other)
-	rep, err := compileSeccomp("t.json", []byte(p), "6.1.0-18-amd64")
+	rep, err := seccompbpf.Compile("t.json", []byte(p), "6.1.0-18-amd64")
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := seccompReport{Rules: 11, Applied: 7, OtherArch: 1, NeedsCap: 1, KernelTooOld: 1, SameAsDefault: 1, Syscalls: 8}
-	got := seccompReport{Rules: rep.Rules, Applied: rep.Applied, OtherArch: rep.OtherArch, NeedsCap: rep.NeedsCap, KernelTooOld: rep.KernelTooOld, SameAsDefault: rep.SameAsDefault, Syscalls: rep.Syscalls}
+	want := seccompbpf.Report{Rules: 11, Applied: 7, OtherArch: 1, NeedsCap: 1, KernelTooOld: 1, SameAsDefault: 1, Syscalls: 8}
+	got := seccompbpf.Report{Rules: rep.Rules, Applied: rep.Applied, OtherArch: rep.OtherArch, NeedsCap: rep.NeedsCap, KernelTooOld: rep.KernelTooOld, SameAsDefault: rep.SameAsDefault, Syscalls: rep.Syscalls}
 	if fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Errorf("report %+v, want %+v", got, want)
 	}
@@ -171,12 +172,12 @@ func TestKernelAtLeast(t *testing.T) {
 		{"6.1.0-18-amd64", "4.8", true}, {"4.8.0", "4.8", true}, {"4.7.10", "4.8", false},
 		{"3.19", "4.8", false}, {"5.0", "4.19", true}, {"6.18.44-fc", "6.18", true},
 	} {
-		got, err := kernelAtLeast(c.release, c.min)
+		got, err := seccompbpf.KernelAtLeast(c.release, c.min)
 		if err != nil || got != c.want {
-			t.Errorf("kernelAtLeast(%q, %q) = %v, %v; want %v", c.release, c.min, got, err, c.want)
+			t.Errorf("seccompbpf.KernelAtLeast(%q, %q) = %v, %v; want %v", c.release, c.min, got, err, c.want)
 		}
 	}
-	if _, err := kernelAtLeast("6.1", "4.x"); err == nil {
+	if _, err := seccompbpf.KernelAtLeast("6.1", "4.x"); err == nil {
 		t.Error("minKernel 4.x accepted")
 	}
 }
@@ -218,7 +219,7 @@ func seccompChild() {
 		{"names":["getpgid"],"action":"SCMP_ACT_ERRNO","errnoRet":99,"args":[{"index":0,"value":12345,"op":"SCMP_CMP_EQ"}]},
 		{"names":["getsid"],"action":"SCMP_ACT_ERRNO"}
 	]}`
-	filter, _, err := buildSeccompFilter("child.json", []byte(p), "6.1")
+	filter, _, err := seccompbpf.Build("child.json", []byte(p), "6.1")
 	if err != nil {
 		fmt.Println("build:", err)
 		os.Exit(1)
