@@ -233,6 +233,8 @@ type execCanon struct {
 	User                 string        `json:"user"`
 	Seccomp              string        `json:"seccomp"`
 	Egress               string        `json:"egress"`
+	Isolation            string        `json:"isolation"`
+	Cell                 CellLimits    `json:"cell"`
 	Limits               Limits        `json:"limits"`
 	Files                FileLimits    `json:"files"`
 	MaxCodeBytes         int64         `json:"max_code_bytes"`

@@ -16,6 +16,19 @@ type Limits struct {
 	TmpfsMB     int64   `yaml:"tmpfs_mb" json:"tmpfs_mb"`
 }
 
+// CellLimits bound the cell hosts of a profile (isolation: cell).
+type CellLimits struct {
+	// MaxRuns is how many runs a host serves before it is replaced.
+	MaxRuns int64 `yaml:"max_runs" json:"max_runs"`
+	// MaxAgeS is how long a host lives, in seconds, however many runs.
+	MaxAgeS int64 `yaml:"max_age_s" json:"max_age_s"`
+	// IdleS is how long an unused host is kept before it is removed.
+	IdleS int64 `yaml:"idle_s" json:"idle_s"`
+	// Hosts is the most hosts one tenant has of this profile at once
+	// (runs beyond them wait for a host to be free).
+	Hosts int64 `yaml:"hosts" json:"hosts"`
+}
+
 // FileLimits cap the files a job may send in and bring back out.
 type FileLimits struct {
 	// MaxInputBytes caps the decoded size of all input files together.
@@ -45,6 +58,12 @@ type Exec struct {
 	Seccomp string `yaml:"seccomp"`
 	// Egress names the egress profile; "none" means no network at all.
 	Egress string `yaml:"egress"`
+	// Isolation is how each run is isolated: IsolationContainer (an
+	// engine container of its own) or IsolationCell (a fresh cell in a
+	// long-lived cell host that serves one tenant and this profile only).
+	Isolation string `yaml:"isolation"`
+	// Cell bounds the cell hosts of a profile with isolation cell.
+	Cell CellLimits `yaml:"cell"`
 
 	Limits Limits     `yaml:"limits"`
 	Files  FileLimits `yaml:"files"`

@@ -52,9 +52,11 @@ func loadOne(t *testing.T, profile string) (*Exec, error) {
 // builtinDefaults are the values the brief fixes for omitted fields; they
 // are spelt out here rather than taken from defaultExec.
 var builtinDefaults = Exec{
-	Runtime: "runc",
-	User:    "65534:65534",
-	Egress:  "none",
+	Runtime:   "runc",
+	User:      "65534:65534",
+	Egress:    "none",
+	Isolation: "container",
+	Cell:      CellLimits{MaxRuns: 500, MaxAgeS: 1800, IdleS: 300, Hosts: 8},
 	Limits: Limits{
 		TimeoutMS: 10000, MemoryMB: 256, CPUs: 1, Pids: 64, OutputBytes: 1048576, TmpfsMB: 64,
 	},
@@ -84,6 +86,7 @@ func TestLoadShippedProfiles(t *testing.T) {
 	want.Name = "default"
 	want.Image = "sandboxd/python:3.11"
 	want.Seccomp = "default.json"
+	want.Isolation = "cell" // the shipped default runs each exec in a cell
 	want.Description = e.Description
 	if got := withoutLoaderFields(*e); !reflect.DeepEqual(got, want) {
 		t.Errorf("shipped default profile =\n%+v\nwant\n%+v", got, want)

@@ -36,14 +36,29 @@ const (
 	DefaultEgress  = "none"
 )
 
+// Isolation modes of an exec profile.
+const (
+	// IsolationContainer runs each exec in an engine container of its own.
+	IsolationContainer = "container"
+	// IsolationCell runs each exec in a fresh cell (new namespaces, fresh
+	// tmpfs, the profile's seccomp filter) inside a long-lived container
+	// that serves one tenant and one profile only.
+	IsolationCell = "cell"
+)
+
+// DefaultIsolation is what a profile that does not say gets.
+const DefaultIsolation = IsolationContainer
+
 // defaultExec returns an Exec holding the default of every optional field.
 // Decoding overwrites only the keys a file sets, so an explicit 0 (allowed
 // for e.g. max_stdin_bytes) is kept and not replaced by the default.
 func defaultExec() Exec {
 	return Exec{
-		Runtime: DefaultRuntime,
-		User:    DefaultUser,
-		Egress:  DefaultEgress,
+		Runtime:   DefaultRuntime,
+		User:      DefaultUser,
+		Egress:    DefaultEgress,
+		Isolation: DefaultIsolation,
+		Cell:      CellLimits{MaxRuns: 500, MaxAgeS: 1800, IdleS: 300, Hosts: 8},
 		Limits: Limits{
 			TimeoutMS:   10_000,
 			MemoryMB:    256,
@@ -108,6 +123,10 @@ var intRules = []intRule{
 	{"capture_retention_days", 0, 3650, "days", func(e *Exec) int64 { return e.CaptureRetentionDays }},
 	{"session_idle_timeout_s", 1, 86_400, "s", func(e *Exec) int64 { return e.SessionIdleTimeoutS }},
 	{"session_max_lifetime_s", 1, 604_800, "s", func(e *Exec) int64 { return e.SessionMaxLifetimeS }},
+	{"cell.max_runs", 1, 100_000, "", func(e *Exec) int64 { return e.Cell.MaxRuns }},
+	{"cell.max_age_s", 1, 86_400, "s", func(e *Exec) int64 { return e.Cell.MaxAgeS }},
+	{"cell.idle_s", 1, 86_400, "s", func(e *Exec) int64 { return e.Cell.IdleS }},
+	{"cell.hosts", 1, 256, "", func(e *Exec) int64 { return e.Cell.Hosts }},
 }
 
 const maxCPUs = 64
@@ -182,6 +201,19 @@ func validate(e *Exec, d *decoder, fileName string) {
 		d.problem("seccomp", "seccomp is required; name a filter file under seccomp/, e.g. seccomp: default.json")
 	case !validSeccompName(e.Seccomp):
 		d.problem("seccomp", "seccomp %q must be a plain file name under seccomp/ ending in .json (letters, digits, '.', '_', '-'; no directories, no \"..\")", e.Seccomp)
+	}
+
+	switch e.Isolation {
+	case IsolationContainer:
+	case IsolationCell:
+		switch {
+		case e.Egress != DefaultEgress:
+			d.problem("isolation", "isolation cell needs egress: none: a cell has a network namespace of its own with loopback only, so it cannot reach the egress proxy; use isolation: container for a networked profile")
+		case e.Runtime != RuntimeRunc:
+			d.problem("isolation", "isolation cell needs runtime: runc: bubblewrap, which builds the cells, does not run under this host's runsc (it has no /proc/sys/kernel/overflowuid and refuses mounts in a user namespace); use isolation: container with runsc")
+		}
+	default:
+		d.problem("isolation", "isolation %q is not known; use container (an engine container per run) or cell (a fresh cell per run in a long-lived host of the tenant's)", e.Isolation)
 	}
 
 	// Any egress profile may be named; loadEgress checks that it exists.

@@ -60,9 +60,14 @@ func (b *cappedBuffer) Write(p []byte) (int, error) {
 // frameOverhead bounds the bytes of headers the launcher may add per entry.
 const frameOverhead = 4 << 10
 
+// budget is everything the launcher may legitimately send for the job,
+// plus headers.
+func (c *collector) budget() int64 {
+	return 2*c.job.OutputBytes + c.job.MaxOutTotalBytes + int64(c.job.MaxOutCount+1)*frameOverhead + 1<<20
+}
+
 func (c *collector) read(r io.Reader) error {
-	// Everything the launcher may legitimately send, plus headers.
-	budget := 2*c.job.OutputBytes + c.job.MaxOutTotalBytes + int64(c.job.MaxOutCount+1)*frameOverhead + 1<<20
+	budget := c.budget()
 	var received int64
 	frames := jobproto.NewSealedReader(r, c.job.Key)
 	for {
@@ -74,46 +79,51 @@ func (c *collector) read(r io.Reader) error {
 			return err
 		}
 		received += int64(len(p)) + 5 + jobproto.MACSize
-		if c.exited {
-			return fmt.Errorf("the sandbox sent a frame after its exit report")
-		}
-		switch typ {
-		case jobproto.TypeStarted:
-			select {
-			case <-c.started:
-				return fmt.Errorf("the sandbox reported its start twice")
-			default:
-				close(c.started)
-			}
-		case jobproto.TypeStdout:
-			_, _ = c.stdout.Write(p)
-			if c.onOutput != nil {
-				c.onOutput("stdout", append([]byte(nil), p...))
-			}
-		case jobproto.TypeStderr:
-			_, _ = c.stderr.Write(p)
-			if c.onOutput != nil {
-				c.onOutput("stderr", append([]byte(nil), p...))
-			}
-		case jobproto.TypeFile:
-			if err := c.fileFrame(p); err != nil {
-				return err
-			}
-		case jobproto.TypeSkipped:
-			if err := c.skippedFrame(p); err != nil {
-				return err
-			}
-		case jobproto.TypeExit:
-			if err := json.Unmarshal(p, &c.exit); err != nil {
-				return fmt.Errorf("bad exit frame: %w", err)
-			}
-			c.exited = true
+		if done, err := c.frame(typ, p); done || err != nil {
 			// Anything after the exit frame is a protocol error; stop here.
-			return nil
-		default:
-			return fmt.Errorf("unknown frame type %q from the sandbox", typ)
+			return err
 		}
 	}
+}
+
+// frame takes one frame of the job's report; done is true at its exit
+// frame, the last one.
+func (c *collector) frame(typ byte, p []byte) (done bool, err error) {
+	if c.exited {
+		return true, fmt.Errorf("the sandbox sent a frame after its exit report")
+	}
+	switch typ {
+	case jobproto.TypeStarted:
+		select {
+		case <-c.started:
+			return true, fmt.Errorf("the sandbox reported its start twice")
+		default:
+			close(c.started)
+		}
+	case jobproto.TypeStdout:
+		_, _ = c.stdout.Write(p)
+		if c.onOutput != nil {
+			c.onOutput("stdout", append([]byte(nil), p...))
+		}
+	case jobproto.TypeStderr:
+		_, _ = c.stderr.Write(p)
+		if c.onOutput != nil {
+			c.onOutput("stderr", append([]byte(nil), p...))
+		}
+	case jobproto.TypeFile:
+		return false, c.fileFrame(p)
+	case jobproto.TypeSkipped:
+		return false, c.skippedFrame(p)
+	case jobproto.TypeExit:
+		if err := json.Unmarshal(p, &c.exit); err != nil {
+			return true, fmt.Errorf("bad exit frame: %w", err)
+		}
+		c.exited = true
+		return true, nil
+	default:
+		return true, fmt.Errorf("unknown frame type %q from the sandbox", typ)
+	}
+	return false, nil
 }
 
 // fileFrame takes a returned file, within the job's output file caps; a

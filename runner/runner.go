@@ -329,19 +329,10 @@ func createOptions(spec *Spec, imageID, instance string, en *EgressNet) (*contai
 	return cfg, hc, nil
 }
 
-// maskedPaths are hidden from the sandbox (the engine mounts /dev/null or
-// an empty read-only tmpfs over them): the engine's own defaults, and the
-// host-wide facts a sandbox has no use for: the host kernel's command line,
-// its CPU and interrupt counters, load and memory fragmentation. A list
-// replaces the engine's, so its defaults are repeated here.
-var maskedPaths = []string{
-	// The engine's defaults (moby's oci.DefaultSpec).
-	"/proc/asound", "/proc/acpi", "/proc/kcore", "/proc/keys", "/proc/latency_stats", "/proc/timer_list",
-	"/proc/timer_stats", "/proc/sched_debug", "/proc/scsi", "/sys/firmware", "/sys/devices/virtual/powercap",
-	// Host-wide facts.
-	"/proc/cmdline", "/proc/stat", "/proc/loadavg", "/proc/interrupts", "/proc/softirqs", "/proc/buddyinfo",
-	"/proc/pagetypeinfo", "/proc/zoneinfo", "/proc/schedstat", "/proc/diskstats", "/proc/vmallocinfo", "/proc/slabinfo",
-}
+// maskedPaths are hidden from a container's sandbox (the engine mounts
+// /dev/null or an empty read-only tmpfs over them): jobproto.Masked, the
+// engine's own defaults among them (a list replaces the engine's).
+var maskedPaths = jobproto.Masked
 
 func egressUnavailable(p *profiles.Exec) error {
 	return fmt.Errorf("%w: profile %q needs network egress (egress profile %q), and sandboxd could not set up its egress network at start-up or at the last profile reload; the log says why. Requests naming this profile are refused until then", ErrEgressUnavailable, p.Name, p.Egress)

@@ -8,6 +8,7 @@ import (
 	_ "embed"
 	"fmt"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -61,6 +62,13 @@ type interp struct {
 }
 
 func startInterp(preload []string, out *frameWriter) (*interp, error) {
+	return startProcessInterp(python, append([]string{"python3", "-c", zygote}, preload...), out, nil, codeCred)
+}
+
+// startProcessInterp starts the waiting interpreter through program (python
+// itself, or bubblewrap building a cell around it) with args; extra are
+// passed as fds 7, 8, ... and cred, when set, is the child's user.
+func startProcessInterp(program string, args []string, out *frameWriter, extra []*os.File, cred *syscall.Credential) (*interp, error) {
 	stdinR, stdinW, err := os.Pipe()
 	if err != nil {
 		return nil, err
@@ -94,14 +102,14 @@ func startInterp(preload []string, out *frameWriter) (*interp, error) {
 	// a session kernel's channel (fds 4 and 5) and the ready pipe (fd 6),
 	// which it closes before running a job's code; nothing else of the
 	// launcher's, the report stream above all, is inherited.
-	proc, err := os.StartProcess(python, append([]string{"python3", "-c", zygote}, preload...), &os.ProcAttr{
+	proc, err := os.StartProcess(program, args, &os.ProcAttr{
 		Dir:   jobproto.WorkDir,
 		Env:   os.Environ(),
-		Files: []*os.File{stdinR, stdoutW, stderrW, ctlR, kreqR, krespW, readyW},
-		Sys:   &syscall.SysProcAttr{Setpgid: true, Credential: codeCred},
+		Files: append([]*os.File{stdinR, stdoutW, stderrW, ctlR, kreqR, krespW, readyW}, extra...),
+		Sys:   &syscall.SysProcAttr{Setpgid: true, Credential: cred},
 	})
 	if err != nil {
-		return nil, fmt.Errorf("starting python: %w", err)
+		return nil, fmt.Errorf("starting %s: %w", filepath.Base(program), err)
 	}
 	in.pid = proc.Pid
 	stdinR.Close()

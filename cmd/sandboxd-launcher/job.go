@@ -44,13 +44,21 @@ func prepare(job *jobproto.Job) error {
 	if err := os.MkdirAll(jobproto.OutDir, 0o755); err != nil {
 		return fmt.Errorf("creating %s: %w", jobproto.OutDir, err)
 	}
-	for _, f := range job.Files {
-		if err := writeBeneath(jobproto.WorkDir, f.Path, f.Content, refuseExisting); err != nil {
-			return fmt.Errorf("file %q: %w", f.Path, err)
-		}
+	if err := prepareIn(jobproto.WorkDir, job); err != nil {
+		return err
 	}
 	if err := writeBeneath(filepath.Dir(jobproto.CodePath), filepath.Base(jobproto.CodePath), job.Code, refuseExisting); err != nil {
 		return fmt.Errorf("writing code: %w", err)
+	}
+	return nil
+}
+
+// prepareIn writes the input files under root (the /sandbox the code sees).
+func prepareIn(root string, job *jobproto.Job) error {
+	for _, f := range job.Files {
+		if err := writeBeneath(root, f.Path, f.Content, refuseExisting); err != nil {
+			return fmt.Errorf("file %q: %w", f.Path, err)
+		}
 	}
 	return nil
 }

@@ -33,6 +33,7 @@ import (
 	"os"
 	"os/signal"
 	"runtime"
+	"slices"
 	"sync"
 
 	"golang.org/x/sys/unix"
@@ -43,6 +44,9 @@ import (
 const python = "/usr/bin/python3"
 
 func main() {
+	if len(os.Args) > 1 && os.Args[1] == "cell-init" {
+		os.Exit(cellInit(os.Args[2:])) // cellinit.go: pid 1 of a cell
+	}
 	// Make /proc/<pid> of the launcher unreadable to the code it runs (same
 	// uid), so the code cannot open the launcher's stdout and forge frames.
 	// execve of Python resets the flag for the child.
@@ -130,6 +134,9 @@ func (f *frameWriter) json(typ byte, v any) error {
 // run starts the waiting interpreter, reads the first frame from sandboxd
 // and runs the job or hosts the session it asks for.
 func run(out *frameWriter) jobproto.Exit {
+	if slices.Contains(os.Args[1:], "--cell") {
+		return runCellHost(preloadArgs(os.Args[1:]), out) // cell.go
+	}
 	// The interpreter starts (and imports the preload modules) before the
 	// job arrives: in a pooled sandbox that happens while it waits.
 	in, err := startInterp(preloadArgs(os.Args[1:]), out)

@@ -81,8 +81,15 @@ def _sandboxd_wait():
             pass
     os.environ.update(job.get("env") or {})
     path = job["path"]
-    with open(path, "rb") as f:
-        source = f.read()
+    if job.get("source") is not None:
+        # A cell: the code comes with the job, and is written where the
+        # code finds itself (its /tmp is the cell's own).
+        source = job["source"].encode("utf-8", "surrogateescape")
+        with open(path, "wb") as f:
+            f.write(source)
+    else:
+        with open(path, "rb") as f:
+            source = f.read()
     main = types.ModuleType("__main__")
     main.__file__ = path
     main.__builtins__ = __builtins__

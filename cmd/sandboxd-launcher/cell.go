@@ -1,0 +1,264 @@
+package main
+
+// Cell host: a long-lived container that runs one job after another, each
+// in a fresh cell built by bubblewrap (see jobproto/cell.go). The launcher
+// builds the next cell, with its interpreter started and the preload
+// imported, while the host waits; a job then runs in it as a job runs in a
+// container of its own; when the job ends, every process of the cell is
+// killed (its PID namespace dies with its init), /sandbox/out is collected
+// from the cell's directory, and the directory goes.
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"syscall"
+	"time"
+
+	"github.com/sandboxd/sandboxd/internal/jobproto"
+	"golang.org/x/sys/unix"
+)
+
+const bwrap = "/usr/bin/bwrap"
+
+// Descriptors of a cell's init (fds 0-6 are the interpreter's, see
+// startInterp).
+const (
+	cellStatusFD  = 7 // init -> launcher: JSON CellStatus
+	cellSeccompFD = 8 // launcher -> bubblewrap: the BPF program
+)
+
+// cellHost serves the jobs of one host.
+type cellHost struct {
+	init jobproto.CellInit
+	pre  []string
+	out  *frameWriter
+	n    int // cells built so far
+}
+
+// runCellHost reads the CellInit and serves jobs until sandboxd closes
+// stdin or no cell can be built.
+func runCellHost(pre []string, out *frameWriter) jobproto.Exit {
+	typ, payload, err := jobproto.ReadFrame(os.Stdin, jobproto.MaxFrame)
+	if err != nil {
+		return jobproto.Exit{ExitCode: -1, Error: "reading the cell host's init: " + err.Error()}
+	}
+	h := &cellHost{pre: pre, out: out}
+	if typ != jobproto.TypeCellHost {
+		return jobproto.Exit{ExitCode: -1, Error: fmt.Sprintf("a cell host expects a cell host frame first, got %q", typ)}
+	}
+	if err := json.Unmarshal(payload, &h.init); err != nil {
+		return jobproto.Exit{ExitCode: -1, Error: "decoding the cell host's init: " + err.Error()}
+	}
+	out.setKey(os.Stdout, h.init.Key)
+	for {
+		c, err := h.build()
+		if err != nil {
+			_ = out.json(jobproto.TypeNotice, jobproto.Notice{Message: "building a cell failed: " + err.Error()})
+			return jobproto.Exit{ExitCode: -1, Error: err.Error()}
+		}
+		if err := out.json(jobproto.TypeReady, jobproto.Ready{}); err != nil {
+			return jobproto.Exit{ExitCode: -1, Error: err.Error()}
+		}
+		typ, payload, err := jobproto.ReadFrame(os.Stdin, jobproto.MaxFrame)
+		if err != nil {
+			c.discard()
+			return jobproto.Exit{} // sandboxd closed the host
+		}
+		if typ != jobproto.TypeJob {
+			c.discard()
+			return jobproto.Exit{ExitCode: -1, Error: fmt.Sprintf("a cell host expects job frames, got %q", typ)}
+		}
+		exit := c.runJob(payload)
+		if err := out.json(jobproto.TypeExit, exit); err != nil {
+			return jobproto.Exit{ExitCode: -1, Error: err.Error()}
+		}
+	}
+}
+
+// cell is one built cell: its directory and its waiting interpreter.
+type cell struct {
+	dir    string // the cell's /sandbox, on the host's tmpfs
+	in     *interp
+	status *os.File // the read end of the init's status pipe
+	out    *frameWriter
+	pre    []string
+}
+
+// build makes the next cell and starts its interpreter.
+func (h *cellHost) build() (*cell, error) {
+	h.n++
+	dir := filepath.Join(jobproto.CellsDir, strconv.Itoa(h.n))
+	if err := os.Mkdir(dir, 0o700); err != nil {
+		return nil, err
+	}
+	if err := os.Mkdir(filepath.Join(dir, "out"), 0o755); err != nil {
+		return nil, err
+	}
+	statusR, statusW, err := os.Pipe()
+	if err != nil {
+		return nil, err
+	}
+	seccompR, seccompW, err := os.Pipe()
+	if err != nil {
+		return nil, err
+	}
+	go func() {
+		_, _ = seccompW.Write(h.init.Seccomp)
+		seccompW.Close()
+	}()
+	args := append([]string{"bwrap"}, h.bwrapArgs(dir)...)
+	args = append(args, "--", launcherSelf, "cell-init", strconv.Itoa(cellStatusFD), "--", python, "-c", zygote)
+	args = append(args, h.pre...)
+	in, err := startProcessInterp(bwrap, args, h.out, []*os.File{statusW, seccompR}, nil)
+	statusW.Close()
+	seccompR.Close()
+	if err != nil {
+		statusR.Close()
+		return nil, err
+	}
+	return &cell{dir: dir, in: in, status: statusR, out: h.out, pre: h.pre}, nil
+}
+
+// launcherSelf is the launcher's path in the image (and so in every cell).
+const launcherSelf = "/usr/local/bin/sandboxd-launcher"
+
+// bwrapArgs is the cell: every namespace new, the image read-only, fresh
+// /tmp, /dev and /dev/shm, the cell's directory as /sandbox and the other
+// cells hidden, a /proc of the cell's own with the host's facts masked,
+// no capability, the profile's seccomp filter.
+func (h *cellHost) bwrapArgs(dir string) []string {
+	mb := func(n int64) string { return strconv.FormatInt(n<<20, 10) }
+	a := []string{
+		"--unshare-all", "--die-with-parent", "--new-session",
+		"--uid", strconv.Itoa(h.init.UID), "--gid", strconv.Itoa(h.init.GID),
+		"--hostname", "sandbox",
+		"--ro-bind", "/", "/",
+		"--bind", dir, jobproto.WorkDir,
+		"--tmpfs", jobproto.CellsDir,
+		"--size", mb(h.init.TmpfsMB), "--perms", "0700", "--tmpfs", "/tmp",
+		"--dev", "/dev",
+		"--size", mb(max(h.init.ShmMB, 1)), "--perms", "1777", "--tmpfs", "/dev/shm",
+		"--proc", "/proc",
+	}
+	for _, p := range jobproto.Masked {
+		fi, err := os.Lstat(p)
+		switch {
+		case err != nil:
+			continue
+		case fi.IsDir():
+			a = append(a, "--perms", "0555", "--tmpfs", p, "--remount-ro", p)
+		default:
+			a = append(a, "--ro-bind", "/dev/null", p)
+		}
+	}
+	return append(a, "--cap-drop", "ALL", "--seccomp", strconv.Itoa(cellSeccompFD), "--chdir", jobproto.WorkDir)
+}
+
+// runJob runs one job in the cell and tears the cell down.
+func (c *cell) runJob(payload []byte) jobproto.Exit {
+	var job jobproto.Job
+	if err := json.Unmarshal(payload, &job); err != nil {
+		c.discard()
+		return jobproto.Exit{ExitCode: -1, Error: "decoding job: " + err.Error()}
+	}
+	if err := prepareIn(c.dir, &job); err != nil {
+		c.discard()
+		return jobproto.Exit{ExitCode: -1, Error: err.Error()}
+	}
+	exit := c.in.runCell(&job, c.status)
+	collect(filepath.Join(c.dir, "out"), outCaps{count: job.MaxOutCount, file: job.MaxOutFileBytes, total: job.MaxOutTotalBytes}, nil, c.out)
+	if err := os.RemoveAll(c.dir); err != nil {
+		exit.Error = "removing the cell's files: " + err.Error()
+	}
+	return exit
+}
+
+// discard tears down a cell that ran no job.
+func (c *cell) discard() {
+	killAll(c.in.pid)
+	reapAll()
+	c.status.Close()
+	_ = os.RemoveAll(c.dir)
+}
+
+// runCell hands the job to the cell's interpreter and waits for the cell
+// to end: its init reports how the interpreter ended, and the kill that
+// follows ends every process the code left (the PID namespace dies with
+// the init). CPU is the host's cgroup's, which holds only this run.
+func (in *interp) runCell(job *jobproto.Job, statusR *os.File) jobproto.Exit {
+	outputLimit.Store(job.OutputBytes)
+	in.waitReady()
+	cpu0 := readCPU(in.pid)
+	// The code comes with the handover (the cell's /tmp is its own); it is
+	// the request's text, so valid UTF-8.
+	source := string(job.Code)
+	ctl, err := json.Marshal(struct {
+		Path   string            `json:"path"`
+		Source *string           `json:"source"`
+		Env    map[string]string `json:"env"`
+	}{jobproto.CodePath, &source, job.Env})
+	if err != nil {
+		return jobproto.Exit{ExitCode: -1, Error: err.Error()}
+	}
+	in.forward.Store(true)
+	start := time.Now()
+	_, _ = in.ctlW.Write(ctl)
+	in.ctlW.Close()
+	in.kreqW.Close()
+	in.krespR.Close()
+	_ = in.out.frame(jobproto.TypeStarted, nil)
+	go func() {
+		_, _ = in.stdinW.Write(job.Stdin)
+		in.stdinW.Close()
+	}()
+	status := make(chan jobproto.CellStatus, 1)
+	go func() {
+		var st jobproto.CellStatus
+		if err := json.NewDecoder(statusR).Decode(&st); err != nil {
+			st = jobproto.CellStatus{ExitCode: -1, Error: "the cell's init did not report: " + err.Error()}
+		}
+		statusR.Close()
+		status <- st
+	}()
+	var timedOut bool
+	var st jobproto.CellStatus
+	select {
+	case st = <-status:
+	case <-time.After(time.Duration(job.TimeoutMS) * time.Millisecond):
+		timedOut = true
+	}
+	dur := time.Since(start)
+	killAll(in.pid) // the cell (bubblewrap, its init and all it holds)
+	_, _, _ = reapUntil(in.pid)
+	reapAll()
+	in.pumps.Wait()
+	cpu1 := readCPU(in.pid)
+	exit := jobproto.Exit{
+		DurationMS:      dur.Milliseconds(),
+		StdoutTruncated: in.outTrunc,
+		StderrTruncated: in.errTrunc,
+		TimedOut:        timedOut,
+		UserCPUMS:       max(cpu1.user-cpu0.user, 0),
+		SysCPUMS:        max(cpu1.sys-cpu0.sys, 0),
+	}
+	if timedOut {
+		exit.ExitCode, exit.Signal = 128+int(syscall.SIGKILL), "SIGKILL"
+		return exit
+	}
+	if st.Error != "" {
+		exit.ExitCode, exit.Error = -1, st.Error
+		return exit
+	}
+	exit.ExitCode, exit.MaxRSSKB = st.ExitCode, st.MaxRSSKB
+	if st.Signal != 0 {
+		sig := syscall.Signal(st.Signal)
+		exit.ExitCode, exit.Signal = 128+st.Signal, unix.SignalName(sig)
+		if sig == syscall.SIGKILL && oomKills() > in.oomBefore {
+			exit.OOM = true
+		}
+	}
+	return exit
+}

@@ -1,0 +1,77 @@
+package main
+
+// The init of a cell: the launcher's binary again, run by bubblewrap as
+// pid 1 of the cell's PID namespace. It starts the interpreter with the
+// descriptors it was given, reaps every process of the cell, and reports
+// on its status descriptor exactly how the interpreter ended (bubblewrap's
+// own exit code cannot tell a signal from an exit status); the launcher
+// outside then kills the cell, and the namespace dies with its init.
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/signal"
+	"strconv"
+	"syscall"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/sandboxd/sandboxd/internal/jobproto"
+)
+
+// cellInit runs as "sandboxd-launcher cell-init FD -- PROGRAM ARGS...".
+func cellInit(args []string) int {
+	if len(args) < 3 || args[1] != "--" {
+		fmt.Fprintln(os.Stderr, "usage: sandboxd-launcher cell-init STATUS-FD -- PROGRAM [ARGS...]")
+		return 2
+	}
+	fd, err := strconv.Atoi(args[0])
+	if err != nil || fd < 3 {
+		fmt.Fprintln(os.Stderr, "cell-init: the status descriptor must be a number from 3")
+		return 2
+	}
+	// Like the container's launcher: not dumpable (the code, same uid,
+	// cannot open its descriptors), every signal caught (the kernel keeps
+	// SIGKILL and SIGSTOP from the namespace's init).
+	_ = unix.Prctl(unix.PR_SET_DUMPABLE, 0, 0, 0, 0)
+	signal.Notify(make(chan os.Signal, 1))
+	status := os.NewFile(uintptr(fd), "status")
+	report := func(st jobproto.CellStatus) int {
+		_ = json.NewEncoder(status).Encode(st)
+		status.Close()
+		// Whatever is left of the cell ends with it.
+		_ = syscall.Kill(-1, syscall.SIGKILL)
+		reapAll()
+		return 0
+	}
+	// The code, not the launcher outside, should be the OOM killer's
+	// choice; children inherit it.
+	_ = os.WriteFile("/proc/self/oom_score_adj", []byte("1000"), 0)
+	files := []*os.File{os.Stdin, os.Stdout, os.Stderr}
+	for i := 3; i <= 6; i++ {
+		files = append(files, os.NewFile(uintptr(i), "fd"+strconv.Itoa(i)))
+	}
+	proc, err := os.StartProcess(args[2], args[2:], &os.ProcAttr{
+		Dir:   jobproto.WorkDir,
+		Env:   os.Environ(),
+		Files: files,
+		Sys:   &syscall.SysProcAttr{Setpgid: true},
+	})
+	if err != nil {
+		return report(jobproto.CellStatus{ExitCode: -1, Error: "starting the interpreter: " + err.Error()})
+	}
+	// Only the interpreter holds its pipes now: they end when it does.
+	for _, f := range files {
+		f.Close()
+	}
+	ws, ru, err := reapUntil(proc.Pid)
+	if err != nil {
+		return report(jobproto.CellStatus{ExitCode: -1, Error: "waiting for the interpreter: " + err.Error()})
+	}
+	st := jobproto.CellStatus{ExitCode: ws.ExitStatus(), MaxRSSKB: ru.Maxrss}
+	if ws.Signaled() {
+		st.ExitCode, st.Signal = -1, int(ws.Signal())
+	}
+	return report(st)
+}
