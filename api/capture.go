@@ -15,11 +15,13 @@ type Capture struct {
 	KeyID     string    `json:"key_id"`
 	RequestID string    `json:"request_id,omitempty"`
 	CreatedAt time.Time `json:"created_at"`
-	// Retention is how long the capture is kept after CreatedAt; 0 keeps it
-	// until it is deleted or erased.
-	Retention time.Duration `json:"retention,omitempty"`
-	// ExpiresAt is CreatedAt+Retention (zero when Retention is 0): the
-	// sweeper deletes the capture after it unless it is held.
+	// RetentionS is how long the capture is kept after CreatedAt, in
+	// seconds (a profile's capture_retention_days times 86400); 0 (absent)
+	// keeps it until it is deleted or erased. Like every duration of the
+	// API it is a count of a named unit, never a Go time.Duration.
+	RetentionS int64 `json:"retention_s,omitempty"`
+	// ExpiresAt is CreatedAt plus RetentionS (zero when RetentionS is 0):
+	// the sweeper deletes the capture after it unless it is held.
 	ExpiresAt time.Time `json:"expires_at,omitzero"`
 	// Meta holds small facts (url, final_url, status, content_type). An
 	// erased capture has none.

@@ -28,6 +28,19 @@ var (
 // POST /exec and the input of the run_python tool).
 func ExecRequestSchema() json.RawMessage { return bytes.Clone(execRequestSchema) }
 
+// RunPythonInputSchema returns the input schema of the run_python tool:
+// ExecRequestSchema without the async property. A tool call waits for its
+// result, so background runs (POST /exec with "async": true, then GET
+// /exec/{id}) are the HTTP API's alone; the schema is derived from the
+// exec schema, keeping its key order, so that the two cannot drift apart.
+func RunPythonInputSchema() json.RawMessage {
+	out, err := withoutProperty(execRequestSchema, "async")
+	if err != nil {
+		panic("api: deriving the run_python input schema: " + err.Error())
+	}
+	return out
+}
+
 // FetchRequestSchema returns the JSON Schema of FetchRequest (the body of
 // POST /fetch and the input of the fetch_url tool).
 func FetchRequestSchema() json.RawMessage { return bytes.Clone(fetchRequestSchema) }

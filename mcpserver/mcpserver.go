@@ -158,9 +158,8 @@ func (h *handler) call(ctx context.Context, req *mcp.CallToolRequest) (*mcp.Call
 		args = []byte("{}")
 	}
 	if h.tool == RunPython {
-		var fields map[string]json.RawMessage
-		if json.Unmarshal(args, &fields) == nil && string(bytes.TrimSpace(fields["async"])) == "true" {
-			return toolError("async is not available through this tool: leave it out, and the call waits for the result (up to the profile's time limit)", nil), nil
+		if r := refuseAsync(args); r != nil {
+			return r, nil
 		}
 	}
 	call := &Call{Method: http.MethodPost, Path: h.path, Body: args, Header: http.Header{}}
@@ -187,6 +186,24 @@ func (h *handler) call(ctx context.Context, req *mcp.CallToolRequest) (*mcp.Call
 	default:
 		return fetchResult(rep.Body)
 	}
+}
+
+// refuseAsync refuses run_python arguments that name async, whatever its
+// value: the tool's input schema has no such property (POST /exec's async
+// answers 202 and runs in the background, which a tool call cannot
+// return), and /exec would otherwise take it. Nil when async is absent.
+func refuseAsync(args []byte) *mcp.CallToolResult {
+	var fields map[string]json.RawMessage
+	if json.Unmarshal(args, &fields) != nil {
+		return nil // not an object: the API refuses it
+	}
+	if _, ok := fields["async"]; !ok {
+		return nil
+	}
+	msg := `unknown field "async": run_python has no async; a call waits for the result (up to the profile's time limit), so leave it out`
+	// The structured content is the error body the API would answer.
+	body, _ := json.Marshal(map[string]map[string]string{"error": {"code": "VALIDATION", "field": "async", "message": msg}})
+	return toolError("Refused: VALIDATION (field async): "+msg+". "+nextStep("VALIDATION", ""), json.RawMessage(body))
 }
 
 func toolError(msg string, structured any) *mcp.CallToolResult {

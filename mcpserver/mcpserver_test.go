@@ -140,9 +140,15 @@ func TestRefusalsAreToolErrors(t *testing.T) {
 	if !r.IsError || !strings.Contains(text, "do not retry") {
 		t.Fatalf("budget: %s", text)
 	}
-	r, text = call(t, cs, mcpserver.RunPython, map[string]any{"language": "python", "code": "1", "async": true})
-	if !r.IsError || !strings.Contains(text, "async is not available") || len(f.calls) != 3 {
-		t.Fatalf("async: %s (%d calls)", text, len(f.calls))
+	// async is no argument of run_python, whatever its value: refused as
+	// an unknown field, and nothing is sent to the API.
+	for _, v := range []any{true, false, "yes"} {
+		r, text = call(t, cs, mcpserver.RunPython, map[string]any{"language": "python", "code": "1", "async": v})
+		b, _ := json.Marshal(r.StructuredContent)
+		if !r.IsError || !strings.Contains(text, `Refused: VALIDATION (field async): unknown field "async"`) || !strings.Contains(text, "waits for the result") ||
+			!strings.Contains(string(b), `"field":"async"`) || len(f.calls) != 3 {
+			t.Fatalf("async %v: %s %s (%d calls)", v, text, b, len(f.calls))
+		}
 	}
 	f.err = errors.New("connection refused")
 	r, text = call(t, cs, mcpserver.RunPython, map[string]any{"language": "python", "code": "1"})

@@ -166,8 +166,15 @@ func TestMCPOverStreamableHTTP(t *testing.T) {
 	if !res.IsError || !strings.Contains(resultText(res), "EGRESS_DENIED") || !strings.Contains(resultText(res), "do not retry") {
 		t.Fatalf("egress denied: %s", resultText(res))
 	}
+	// The listed schema has no async, and the tool refuses it: what the
+	// schema offers is what the tool takes.
+	for _, tool := range list.Tools {
+		if b, _ := json.Marshal(tool.InputSchema); tool.Name == ToolRunPython && strings.Contains(string(b), `"async"`) {
+			t.Errorf("run_python offers async in its schema:\n%s", b)
+		}
+	}
 	res = callTool(t, cs, ToolRunPython, map[string]any{"language": "python", "code": "1", "async": true})
-	if !res.IsError || !strings.Contains(resultText(res), "async") {
+	if !res.IsError || !strings.Contains(resultText(res), `VALIDATION (field async): unknown field "async"`) {
 		t.Fatalf("async: %s", resultText(res))
 	}
 	res = callTool(t, cs, ToolRunPython, nil)
@@ -229,8 +236,11 @@ func TestToolsEndpoint(t *testing.T) {
 	if strings.Contains(fetch.Description, "- none:") {
 		t.Errorf("fetch_url lists the built-in none profile")
 	}
-	if string(compact(t, run.InputSchema)) != string(compact(t, api.ExecRequestSchema())) || string(compact(t, fetch.InputSchema)) != string(compact(t, api.FetchRequestSchema())) {
-		t.Errorf("the tools' input schemas are not the request schemas")
+	if string(compact(t, run.InputSchema)) != string(compact(t, api.RunPythonInputSchema())) || string(compact(t, fetch.InputSchema)) != string(compact(t, api.FetchRequestSchema())) {
+		t.Errorf("the tools' input schemas are not the request schemas (run_python's without async)")
+	}
+	if strings.Contains(string(run.InputSchema), `"async"`) {
+		t.Errorf("run_python offers async, which a tool call cannot use:\n%s", run.InputSchema)
 	}
 
 	code, raw = get("/tools?format=openai")

@@ -20,7 +20,7 @@ func (s *Server) errorHandler(err error, c echo.Context) {
 	switch {
 	case errors.As(err, &e):
 	case errors.As(err, &he):
-		e = fromHTTPError(he)
+		e = fromHTTPError(he, c)
 	default:
 		reqOf(c).log.Error("internal error", "err", err)
 		e = &api.Error{Status: http.StatusInternalServerError, Code: api.CodeInternal, Message: "internal error; the request id in X-Request-Id helps the operator find it in the log"}
@@ -39,7 +39,9 @@ func (s *Server) errorHandler(err error, c echo.Context) {
 	_ = c.JSON(e.Status, api.ErrorBody{Error: e})
 }
 
-func fromHTTPError(he *echo.HTTPError) *api.Error {
+// fromHTTPError types an error of echo's own (no route, no such method on
+// a route, a body over echo's limit).
+func fromHTTPError(he *echo.HTTPError, c echo.Context) *api.Error {
 	msg := http.StatusText(he.Code)
 	if m, ok := he.Message.(string); ok && m != "" {
 		msg = m
@@ -48,7 +50,8 @@ func fromHTTPError(he *echo.HTTPError) *api.Error {
 	case http.StatusNotFound:
 		return &api.Error{Status: he.Code, Code: api.CodeNotFound, Message: "no such endpoint; see the README for the API"}
 	case http.StatusMethodNotAllowed:
-		return &api.Error{Status: he.Code, Code: api.CodeMethod, Message: "method not allowed on this endpoint"}
+		return &api.Error{Status: he.Code, Code: api.CodeMethod,
+			Message: fmt.Sprintf("%s is not served on this path; it serves %s (the Allow header lists them)", c.Request().Method, c.Response().Header().Get(echo.HeaderAllow))}
 	case http.StatusRequestEntityTooLarge:
 		return &api.Error{Status: http.StatusBadRequest, Code: api.CodeValidation, Message: msg}
 	case http.StatusUnauthorized:

@@ -24,10 +24,12 @@ func (s *Server) ToolDefinitions() []api.ToolDefinition { return ToolDefinitions
 
 // ToolDefinitionsFor returns run_python and fetch_url with descriptions
 // for a profile set: what each does, its limits, the profiles, and that
-// fetched content is untrusted.
+// fetched content is untrusted. The input schemas are the request schemas
+// of POST /fetch and of POST /exec less async (a tool call waits for its
+// result).
 func ToolDefinitionsFor(set *profiles.Set) []api.ToolDefinition {
 	return []api.ToolDefinition{
-		{Name: ToolRunPython, Description: runPythonDescription(set), InputSchema: api.ExecRequestSchema()},
+		{Name: ToolRunPython, Description: runPythonDescription(set), InputSchema: api.RunPythonInputSchema()},
 		{Name: ToolFetchURL, Description: fetchURLDescription(set), InputSchema: api.FetchRequestSchema()},
 	}
 }

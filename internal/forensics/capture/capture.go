@@ -206,7 +206,7 @@ func check(c *Capture) error {
 // View is the capture as the API shows it: every part described, no bytes.
 func (c *Capture) View() *api.Capture {
 	v := &api.Capture{ID: c.ID, Kind: c.Kind, Tenant: c.Tenant, KeyID: c.KeyID, RequestID: c.RequestID, CreatedAt: c.CreatedAt,
-		Retention: c.Retention, ExpiresAt: c.ExpiresAt, Meta: c.Meta, Parts: make([]api.CapturePart, len(c.Parts)),
+		RetentionS: int64(c.Retention / time.Second), ExpiresAt: c.ExpiresAt, Meta: c.Meta, Parts: make([]api.CapturePart, len(c.Parts)),
 		Hold: c.Hold, TenantHold: c.TenantHold, Erased: c.Erased}
 	for i, p := range c.Parts {
 		v.Parts[i] = api.CapturePart{Name: p.Name, ContentType: p.ContentType, Size: p.Size, SHA256: p.SHA256}

@@ -3,6 +3,7 @@ package capture
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -779,4 +780,29 @@ func firstKey(m map[string][]byte) string {
 		return k
 	}
 	return ""
+}
+
+// TestViewGivesRetentionInSeconds: the API shows a capture's retention as
+// retention_s, whole seconds, as every duration of the API is given (a Go
+// time.Duration would marshal as nanoseconds); none is absent.
+func TestViewGivesRetentionInSeconds(t *testing.T) {
+	c := &Capture{ID: "cap_1", Kind: "exec", Retention: Days(30)}
+	b, err := json.Marshal(c.View())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var m map[string]any
+	if err := json.Unmarshal(b, &m); err != nil {
+		t.Fatal(err)
+	}
+	if m["retention_s"] != float64(30*86400) {
+		t.Errorf("retention_s = %v, want %d: %s", m["retention_s"], 30*86400, b)
+	}
+	if _, ok := m["retention"]; ok {
+		t.Errorf("the view still has retention: %s", b)
+	}
+	c.Retention = 0
+	if b, _ = json.Marshal(c.View()); strings.Contains(string(b), "retention") {
+		t.Errorf("a capture kept until erased shows a retention: %s", b)
+	}
 }
