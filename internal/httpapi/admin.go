@@ -1,7 +1,6 @@
 package httpapi
 
 import (
-	"bytes"
 	"fmt"
 	"io"
 	"net/http"
@@ -30,7 +29,7 @@ func (s *Server) freeze(c echo.Context) error {
 		return api.Validation("", "the body could not be read: %v", err)
 	}
 	if len(body) > 0 {
-		if err := decodeJSONFrom(bytes.NewReader(body), 64<<10, &req); err != nil {
+		if err := decodeBytes(body, 64<<10, &req); err != nil {
 			return err
 		}
 	}

@@ -177,6 +177,11 @@ func TestMCPOverStreamableHTTP(t *testing.T) {
 	if !res.IsError || !strings.Contains(resultText(res), `VALIDATION (field async): unknown field "async"`) {
 		t.Fatalf("async: %s", resultText(res))
 	}
+	// Arguments reach /exec as sent: a key twice is refused there.
+	res = callTool(t, cs, ToolRunPython, json.RawMessage(`{"language":"python","code":"print(1)","code":"print(2)"}`))
+	if !res.IsError || !strings.Contains(resultText(res), "VALIDATION (field code)") || !strings.Contains(resultText(res), "appears twice") {
+		t.Fatalf("code twice: %s", resultText(res))
+	}
 	res = callTool(t, cs, ToolRunPython, nil)
 	if !res.IsError || !strings.Contains(resultText(res), "is required") {
 		t.Fatalf("no arguments: %s", resultText(res))

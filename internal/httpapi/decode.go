@@ -1,6 +1,7 @@
 package httpapi
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -13,31 +14,37 @@ import (
 )
 
 // decodeJSON reads one JSON object from the request body into v, refusing
-// unknown fields, wrong types, trailing data and bodies over maxBytes, each
-// with a message that says what to change.
+// unknown fields, wrong types, duplicated keys, trailing data and bodies
+// over maxBytes, each with a message that says what to change.
 func decodeJSON(c echo.Context, maxBytes int64, v any) error {
 	// The Content-Type is not checked: agent runtimes send JSON under many
 	// labels, and the body is parsed strictly as JSON whatever it says.
 	req := c.Request()
-	body := http.MaxBytesReader(c.Response(), req.Body, maxBytes)
-	if sch := requestBodySchema(c); sch != nil {
-		return decodeChecked(body, maxBytes, sch, v) // schema.go
+	raw, err := io.ReadAll(http.MaxBytesReader(c.Response(), req.Body, maxBytes))
+	if err != nil {
+		return jsonError(err, maxBytes)
 	}
-	return decodeJSONFrom(body, maxBytes, v)
+	if sch := requestBodySchema(c); sch != nil {
+		return decodeChecked(raw, maxBytes, sch, v) // schema.go
+	}
+	return decodeBytes(raw, maxBytes, v)
 }
 
-func decodeJSONFrom(r io.Reader, maxBytes int64, v any) error {
-	dec := json.NewDecoder(r)
+// decodeBytes decodes a whole body strictly into v: one JSON value, no
+// unknown fields, no wrong types, no key twice in an object.
+func decodeBytes(raw []byte, maxBytes int64, v any) error {
+	dec := json.NewDecoder(bytes.NewReader(raw))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(v); err != nil {
 		return jsonError(err, maxBytes)
 	}
 	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
-		var mbe *http.MaxBytesError
-		if errors.As(err, &mbe) {
-			return jsonError(err, maxBytes)
-		}
 		return api.Validation("", "the body holds data after the JSON object; send exactly one object")
+	}
+	// After the decoder, so that malformed JSON, unknown fields and wrong
+	// types get its messages; before any use of v.
+	if e := duplicateKey(raw); e != nil {
+		return e
 	}
 	return nil
 }

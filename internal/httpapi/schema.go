@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"math/big"
 	"net/http"
 	"slices"
@@ -58,16 +57,13 @@ func requestBodySchema(c echo.Context) *bodySchema {
 	return bodySchemas()[c.Path()]
 }
 
-// decodeChecked reads the body, decodes it strictly into v (the errors of
-// decodeJSONFrom: malformed JSON, unknown fields, wrong types), then checks
-// it against the route's schema, so that a request the schema refuses is a
-// 400 VALIDATION naming the field, what was wrong and what is allowed.
-func decodeChecked(r io.Reader, maxBytes int64, sch *bodySchema, v any) error {
-	raw, err := io.ReadAll(r)
-	if err != nil {
-		return jsonError(err, maxBytes)
-	}
-	if err := decodeJSONFrom(bytes.NewReader(raw), maxBytes, v); err != nil {
+// decodeChecked decodes a body strictly into v (the errors of
+// decodeBytes: malformed JSON, unknown fields, wrong types, duplicated
+// keys), then checks it against the route's schema, so that a request the
+// schema refuses is a 400 VALIDATION naming the field, what was wrong and
+// what is allowed.
+func decodeChecked(raw []byte, maxBytes int64, sch *bodySchema, v any) error {
+	if err := decodeBytes(raw, maxBytes, v); err != nil {
 		var e *api.Error
 		if errors.As(err, &e) && e.Field != "" && strings.HasPrefix(e.Message, "unknown field ") {
 			if msg := sch.unknownField(raw, e.Field); msg != "" {
