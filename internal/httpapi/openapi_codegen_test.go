@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/oapi-codegen/oapi-codegen/v2/pkg/codegen"
+	"golang.org/x/mod/modfile"
 
 	// The generated client imports it; importing it here keeps it in
 	// go.mod and its module in the cache the build below reads.
@@ -42,12 +43,9 @@ func TestOpenAPIGeneratesAGoClient(t *testing.T) {
 	if err != nil {
 		t.Fatalf("the go tool is not on PATH: %v", err)
 	}
-	mod := "module example.test/" + generatedPackage + "\n\ngo 1.26\n"
-	for _, m := range generatedDeps {
-		mod += "\nrequire " + m + " " + moduleVersion(t, goTool, m)
-	}
-	write("go.mod", mod+"\n")
-	sum, err := os.ReadFile(filepath.Join(moduleRoot(t), "go.sum"))
+	root := moduleRoot(t)
+	write("go.mod", generatedGoMod(t, root))
+	sum, err := os.ReadFile(filepath.Join(root, "go.sum"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -55,8 +53,9 @@ func TestOpenAPIGeneratesAGoClient(t *testing.T) {
 	for _, args := range [][]string{{"build", "./..."}, {"vet", "./..."}} {
 		cmd := exec.Command(goTool, args...)
 		cmd.Dir = dir
-		// Offline: every module comes from the cache this test's own build
-		// filled (GOPROXY=off fails rather than fetches).
+		// Offline: sandboxd's build list is the module's, so every module
+		// comes from the cache sandboxd's own build filled (GOPROXY=off
+		// fails rather than fetches).
 		cmd.Env = append(os.Environ(), "GOFLAGS=-mod=mod", "GOPROXY=off", "GOWORK=off", "GOTOOLCHAIN=local")
 		if out, err := cmd.CombinedOutput(); err != nil {
 			t.Fatalf("go %s of the client generated from openapi.yaml failed: %v\n%s", strings.Join(args, " "), err, out)
@@ -64,10 +63,30 @@ func TestOpenAPIGeneratesAGoClient(t *testing.T) {
 	}
 }
 
-// generatedDeps are the modules the generated code imports: oapi-codegen's
-// runtime, and the YAML package for the application/yaml answer of GET
-// /openapi.yaml. Each is required at the version sandboxd builds with.
-var generatedDeps = []string{"github.com/oapi-codegen/runtime", "go.yaml.in/yaml/v3"}
+// generatedGoMod is the go.mod of the module of the generated client:
+// sandboxd's requirements (so that its build list, oapi-codegen's runtime
+// and the YAML package among them, is sandboxd's), no replacements.
+func generatedGoMod(t *testing.T, root string) string {
+	t.Helper()
+	raw, err := os.ReadFile(filepath.Join(root, "go.mod"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	mf, err := modfile.ParseLax("go.mod", raw, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(mf.Replace) > 0 {
+		t.Fatalf("sandboxd's go.mod has replace directives; the generated module would not build as a client's")
+	}
+	var b strings.Builder
+	b.WriteString("module example.test/" + generatedPackage + "\n\ngo " + mf.Go.Version + "\n\nrequire (\n")
+	for _, r := range mf.Require {
+		b.WriteString("\t" + r.Mod.Path + " " + r.Mod.Version + "\n")
+	}
+	b.WriteString(")\n")
+	return b.String()
+}
 
 // generateClient runs oapi-codegen (client and types) on openapi.yaml.
 func generateClient(t *testing.T) string {
@@ -82,19 +101,6 @@ func generateClient(t *testing.T) string {
 		t.Fatalf("oapi-codegen cannot generate a client from openapi.yaml: %v", err)
 	}
 	return code
-}
-
-// moduleVersion is the version of a module in sandboxd's build list.
-func moduleVersion(t *testing.T, goTool, path string) string {
-	t.Helper()
-	cmd := exec.Command(goTool, "list", "-m", "-f", "{{.Version}}", path)
-	cmd.Dir = moduleRoot(t)
-	cmd.Env = append(os.Environ(), "GOPROXY=off", "GOFLAGS=-mod=readonly")
-	out, err := cmd.Output()
-	if err != nil {
-		t.Fatalf("go list -m %s: %v", path, err)
-	}
-	return strings.TrimSpace(string(out))
 }
 
 // moduleRoot is the directory of sandboxd's go.mod.
