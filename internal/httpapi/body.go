@@ -77,6 +77,13 @@ type openRequests struct {
 	open  map[string]int
 }
 
+// count is how many requests tenant has open.
+func (o *openRequests) count(tenant string) int {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.open[tenant]
+}
+
 // enter takes one of tenant's open requests; the returned func gives it
 // back. It refuses when the tenant has limit open already.
 func (o *openRequests) enter(tenant string) (func(), *api.Error) {
