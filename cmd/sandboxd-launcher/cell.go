@@ -67,11 +67,20 @@ func runCellHost(pre []string, out *frameWriter) jobproto.Exit {
 			c.discard()
 			return jobproto.Exit{} // sandboxd closed the host
 		}
-		if typ != jobproto.TypeJob {
-			c.discard()
-			return jobproto.Exit{ExitCode: -1, Error: fmt.Sprintf("a cell host expects job frames, got %q", typ)}
+		var job jobproto.Job
+		if typ == jobproto.TypeJob {
+			err = json.Unmarshal(payload, &job)
+		} else {
+			err = fmt.Errorf("a cell host expects job frames, got %q", typ)
 		}
-		exit := c.runJob(payload)
+		if err != nil {
+			c.discard()
+			return jobproto.Exit{ExitCode: -1, Error: "reading a job: " + err.Error()}
+		}
+		// The job's frames, and the Ready after them, are sealed with its
+		// own key.
+		out.setKey(os.Stdout, job.Key)
+		exit := c.runJob(&job)
 		if err := out.json(jobproto.TypeExit, exit); err != nil {
 			return jobproto.Exit{ExitCode: -1, Error: err.Error()}
 		}
@@ -127,12 +136,13 @@ const launcherSelf = "/usr/local/bin/sandboxd-launcher"
 
 // bwrapArgs is the cell: every namespace new, the image read-only, fresh
 // /tmp, /dev and /dev/shm, the cell's directory as /sandbox and the other
-// cells hidden, a /proc of the cell's own with the host's facts masked,
-// no capability, the profile's seccomp filter.
+// cells hidden, a /proc of the cell's own with the host's facts masked
+// (bubblewrap itself makes /proc/sys, /proc/sysrq-trigger, /proc/irq and
+// /proc/bus read-only), no capability, the profile's seccomp filter.
 func (h *cellHost) bwrapArgs(dir string) []string {
 	mb := func(n int64) string { return strconv.FormatInt(n<<20, 10) }
 	a := []string{
-		"--unshare-all", "--die-with-parent", "--new-session",
+		"--unshare-all", "--die-with-parent", "--new-session", "--as-pid-1",
 		"--uid", strconv.Itoa(h.init.UID), "--gid", strconv.Itoa(h.init.GID),
 		"--hostname", "sandbox",
 		"--ro-bind", "/", "/",
@@ -158,17 +168,12 @@ func (h *cellHost) bwrapArgs(dir string) []string {
 }
 
 // runJob runs one job in the cell and tears the cell down.
-func (c *cell) runJob(payload []byte) jobproto.Exit {
-	var job jobproto.Job
-	if err := json.Unmarshal(payload, &job); err != nil {
-		c.discard()
-		return jobproto.Exit{ExitCode: -1, Error: "decoding job: " + err.Error()}
-	}
-	if err := prepareIn(c.dir, &job); err != nil {
+func (c *cell) runJob(job *jobproto.Job) jobproto.Exit {
+	if err := prepareIn(c.dir, job); err != nil {
 		c.discard()
 		return jobproto.Exit{ExitCode: -1, Error: err.Error()}
 	}
-	exit := c.in.runCell(&job, c.status)
+	exit := c.in.runCell(job, c.status)
 	collect(filepath.Join(c.dir, "out"), outCaps{count: job.MaxOutCount, file: job.MaxOutFileBytes, total: job.MaxOutTotalBytes}, nil, c.out)
 	if err := os.RemoveAll(c.dir); err != nil {
 		exit.Error = "removing the cell's files: " + err.Error()

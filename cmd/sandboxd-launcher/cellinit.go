@@ -36,6 +36,13 @@ func cellInit(args []string) int {
 	// SIGKILL and SIGSTOP from the namespace's init).
 	_ = unix.Prctl(unix.PR_SET_DUMPABLE, 0, 0, 0, 0)
 	signal.Notify(make(chan os.Signal, 1))
+	// The descriptors from fd 7 on (the status pipe, whatever bubblewrap
+	// left open) came without close-on-exec: the interpreter must not
+	// inherit them, or the code could write its own status.
+	if err := unix.CloseRange(7, ^uint(0), unix.CLOSE_RANGE_CLOEXEC); err != nil {
+		fmt.Fprintln(os.Stderr, "cell-init: marking descriptors close-on-exec:", err)
+		return 2
+	}
 	status := os.NewFile(uintptr(fd), "status")
 	report := func(st jobproto.CellStatus) int {
 		_ = json.NewEncoder(status).Encode(st)

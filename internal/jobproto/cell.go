@@ -10,8 +10,9 @@ package jobproto
 //
 // The launcher is a cell host when it starts with --cell. sandboxd writes a
 // TypeCellHost frame first, then one TypeJob frame per run; the launcher
-// answers with sealed frames under the CellInit key, one sequence for the
-// host's whole life:
+// answers with sealed frames: the first Ready under the CellInit key, each
+// job's frames and the Ready after them under that job's Key, a sequence
+// of their own:
 //
 //	sandboxd                         launcher
 //	TypeCellHost (CellInit)    ->
@@ -24,15 +25,13 @@ package jobproto
 //	TypeJob ...
 //	                           <-    TypeNotice (Notice): no next cell can
 //	                                 be built; the host is done
-//
-// A Job's Key is not used: the host's key seals its frames.
 
 // TypeCellHost turns a launcher started with --cell into a cell host.
 const TypeCellHost byte = 'H' // sandboxd -> launcher: JSON CellInit
 
 // CellInit configures a cell host.
 type CellInit struct {
-	// Key seals every frame the launcher sends for the host's life.
+	// Key seals the frames the launcher sends before the first job.
 	Key []byte `json:"key"`
 	// Seccomp is the profile's filter as a BPF program (sock_filter array,
 	// native byte order), installed in each cell before its interpreter
@@ -65,10 +64,6 @@ var Masked = []string{
 	"/proc/cmdline", "/proc/stat", "/proc/loadavg", "/proc/interrupts", "/proc/softirqs", "/proc/buddyinfo",
 	"/proc/pagetypeinfo", "/proc/zoneinfo", "/proc/schedstat", "/proc/diskstats", "/proc/vmallocinfo", "/proc/slabinfo",
 }
-
-// ReadOnly are the /proc paths a sandbox may read but not write (the
-// engine's defaults), for cells as Masked.
-var ReadOnly = []string{"/proc/bus", "/proc/fs", "/proc/irq", "/proc/sys", "/proc/sysrq-trigger"}
 
 // CellStatus is what a cell's init (the launcher, as pid 1 of the cell's
 // PID namespace) reports of the interpreter when it has ended: exactly how
