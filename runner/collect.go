@@ -66,10 +66,16 @@ func (c *collector) budget() int64 {
 	return 2*c.job.OutputBytes + c.job.MaxOutTotalBytes + int64(c.job.MaxOutCount+1)*frameOverhead + 1<<20
 }
 
+// read reads the report of a run from r, sealed under the job's key.
 func (c *collector) read(r io.Reader) error {
+	return c.readFrames(jobproto.NewSealedReader(r, c.job.Key))
+}
+
+// readFrames reads frames until the run's exit frame, and no further (a
+// cell host's stream goes on).
+func (c *collector) readFrames(frames *jobproto.SealedReader) error {
 	budget := c.budget()
 	var received int64
-	frames := jobproto.NewSealedReader(r, c.job.Key)
 	for {
 		typ, p, err := frames.Next(int(min(budget-received, jobproto.MaxFrame)))
 		if err != nil {

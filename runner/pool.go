@@ -109,12 +109,18 @@ func (r *Runner) EnablePool(size, most int) {
 // (see class) or are gone. A networked profile is warmed only while the
 // egress network is up.
 func (r *Runner) Warm(ctx context.Context, set *profiles.Set) {
+	if r.cells != nil {
+		r.cells.retain(set)
+	}
 	if r.pool == nil {
 		return
 	}
 	r.pool.retain(set)
 	for _, name := range set.Names() {
 		prof := set.Exec[name]
+		if prof.Isolation == profiles.IsolationCell {
+			continue
+		}
 		if Networked(prof) && r.EgressNetwork() == nil {
 			continue
 		}
@@ -145,6 +151,9 @@ func (r *Runner) PoolStats() map[string][2]int {
 // the profile's: memory, CPU and pids can be lowered on a running runc
 // container (see lower); the tmpfs size cannot, and runsc has no update.
 func poolable(spec *Spec) bool {
+	if spec.Profile.Isolation == profiles.IsolationCell {
+		return false // cell hosts are pooled apart (cells.go)
+	}
 	if len(spec.Datasets) > 0 {
 		return false // pooled sandboxes have no dataset mounts
 	}

@@ -63,7 +63,9 @@ const killGrace = 500 * time.Millisecond
 
 // Spec is one run.
 type Spec struct {
-	ID      string
+	ID string
+	// Tenant is whose run it is: a cell host serves one tenant only.
+	Tenant  string
 	Profile *profiles.Exec
 	// Limits are the effective limits: the profile's, lowered by the request.
 	Limits profiles.Limits
@@ -136,6 +138,7 @@ type Runner struct {
 	instance string
 	removals sync.WaitGroup
 	pool     *pool       // nil when pooling is off
+	cells    *cells      // cells.go; nil when cells are off
 	eg       egressState // network.go
 	// live and the reaper: see reap.go.
 	live                   liveSet
@@ -229,6 +232,9 @@ func (r *Runner) Close(ctx context.Context) error {
 	r.stopReaper()
 	if r.pool != nil {
 		r.pool.close()
+	}
+	if r.cells != nil {
+		r.cells.close()
 	}
 	done := make(chan struct{})
 	go func() { r.removals.Wait(); close(done) }()
@@ -392,7 +398,23 @@ func (r *Runner) startBox(ctx context.Context, spec *Spec, imageID string) (*box
 	if err != nil {
 		return nil, err
 	}
-	name := boxName(spec) // network.go
+	b, err := r.startContainer(ctx, spec, cfg, hc, boxName(spec), imageID) // network.go: boxName
+	if err != nil {
+		return nil, err
+	}
+	if Networked(spec.Profile) {
+		if err := r.joinEgress(context.WithoutCancel(ctx), spec, b.id, en); err != nil {
+			b.hj.Close()
+			r.removeLater(b.id)
+			return nil, err
+		}
+	}
+	return b, nil
+}
+
+// startContainer creates, attaches to and starts a container. On error
+// nothing is left behind.
+func (r *Runner) startContainer(ctx context.Context, spec *Spec, cfg *container.Config, hc *container.HostConfig, name, imageID string) (*box, error) {
 	// Engine calls use a context that outlives a cancelled request, so a
 	// half-made container is always cleaned up.
 	bg := context.WithoutCancel(ctx)
@@ -415,13 +437,6 @@ func (r *Runner) startBox(ctx context.Context, spec *Spec, imageID string) (*box
 		r.removeLater(b.id)
 		return nil, fmt.Errorf("%w: starting container: %v", ErrEngine, err)
 	}
-	if Networked(spec.Profile) {
-		if err := r.joinEgress(bg, spec, b.id, en); err != nil {
-			b.hj.Close()
-			r.removeLater(b.id)
-			return nil, err
-		}
-	}
 	return b, nil
 }
 
@@ -438,6 +453,12 @@ func (r *Runner) Run(ctx context.Context, spec *Spec) (*Result, error) {
 	imageID, err := r.images.get(ctx, spec.Profile.Image, r.ImageID)
 	if err != nil {
 		return nil, err
+	}
+	if spec.Profile.Isolation == profiles.IsolationCell {
+		if err := r.ensureDatasetVolumes(ctx, spec); err != nil {
+			return nil, err
+		}
+		return r.runCell(ctx, spec, imageID, began) // cells.go
 	}
 	if b := r.takePooled(ctx, spec, imageID); b != nil {
 		id := spec.ID
@@ -549,51 +570,16 @@ func (r *Runner) runIn(ctx context.Context, b *box, spec *Spec) (*Result, error)
 		pr.CloseWithError(io.ErrClosedPipe) // unblock StdCopy if we stopped early
 		readDone <- err
 	}()
-
-	// Two clocks: the sandbox must start the code within startTimeout; from
-	// then on the code has its wall-time limit, plus killGrace for the
-	// launcher to report it stopped the code itself.
-	startup := time.NewTimer(startTimeout)
-	defer startup.Stop()
-	startedCh := col.started
-	var deadline <-chan time.Time
-	var ranFrom, stoppedAt time.Time
-	var stopped string // why sandboxd stopped the run from outside
-	var readErr error
-wait:
-	for {
-		select {
-		case readErr = <-readDone:
-			break wait
-		case <-startedCh:
-			startedCh = nil
-			startup.Stop()
-			ranFrom = time.Now()
-			t := time.NewTimer(time.Duration(spec.Limits.TimeoutMS)*time.Millisecond + killGrace)
-			defer t.Stop()
-			deadline = t.C
-		case <-startup.C:
-			stopped = "startup"
-			break wait
-		case <-deadline:
-			stopped = StatusTimeout
-			break wait
-		case <-ctx.Done():
-			stopped = StatusKilled
-			break wait
-		}
-	}
-	stoppedAt = time.Now()
-	var used cgroupUse
-	if stopped != "" {
+	w := r.await(ctx, spec, col, readDone)
+	if w.stopped != "" {
 		// The launcher reports no usage for a run stopped from outside:
 		// the engine's accounting says what the container used.
-		used = r.containerUse(cid)
+		w.used = r.containerUse(cid)
 		r.kill(cid)
 		hj.Close()
-		readErr = <-readDone
+		w.readErr = <-readDone
 	}
-	if err := <-sendErr; err != nil && stopped == "" && !col.exited {
+	if err := <-sendErr; err != nil && w.stopped == "" && !col.exited {
 		select {
 		case <-col.started:
 		default:
@@ -603,39 +589,93 @@ wait:
 		}
 		r.log.Warn("sending job to sandbox failed", "exec_id", spec.ID, "err", err)
 	}
+	return r.outcome(bg, cid, spec, col, w, imageID, diag, false)
+}
 
+// waited is how a run's wait ended.
+type waited struct {
+	stopped        string // why sandboxd stopped the run from outside, if it did
+	ranFrom, ended time.Time
+	readErr        error
+	used           cgroupUse // for a run stopped from outside
+}
+
+// await waits for the launcher's report of a run to end (readDone), on
+// two clocks: the sandbox must start the code within startTimeout; from
+// then on the code has its wall-time limit, plus killGrace for the
+// launcher to report it stopped the code itself. It also ends when ctx
+// does.
+func (r *Runner) await(ctx context.Context, spec *Spec, col *collector, readDone <-chan error) waited {
+	var w waited
+	startup := time.NewTimer(startTimeout)
+	defer startup.Stop()
+	startedCh := col.started
+	var deadline <-chan time.Time
+wait:
+	for {
+		select {
+		case w.readErr = <-readDone:
+			break wait
+		case <-startedCh:
+			startedCh = nil
+			startup.Stop()
+			w.ranFrom = time.Now()
+			t := time.NewTimer(time.Duration(spec.Limits.TimeoutMS)*time.Millisecond + killGrace)
+			defer t.Stop()
+			deadline = t.C
+		case <-startup.C:
+			w.stopped = "startup"
+			break wait
+		case <-deadline:
+			w.stopped = StatusTimeout
+			break wait
+		case <-ctx.Done():
+			w.stopped = StatusKilled
+			break wait
+		}
+	}
+	w.ended = time.Now()
+	return w
+}
+
+// outcome is the result of a run whose wait ended as w. cid is its
+// container (a cell's host when cell is set).
+func (r *Runner) outcome(ctx context.Context, cid string, spec *Spec, col *collector, w waited, imageID string, diag *capped, cell bool) (*Result, error) {
+	bg := context.WithoutCancel(ctx)
 	res := col.result(imageID)
-	if res.Duration == 0 && !ranFrom.IsZero() {
-		res.Duration = stoppedAt.Sub(ranFrom)
+	if res.Duration == 0 && !w.ranFrom.IsZero() {
+		res.Duration = w.ended.Sub(w.ranFrom)
 	}
 	switch {
-	case stopped == "startup":
+	case w.stopped == "startup":
 		return nil, fmt.Errorf("%w: the sandbox did not start the code within %v", ErrEngine, startTimeout)
-	case stopped == StatusTimeout:
+	case w.stopped == StatusTimeout:
 		res.Status = StatusTimeout
-		res.Duration = stoppedAt.Sub(ranFrom)
+		res.Duration = w.ended.Sub(w.ranFrom)
 		res.ExitCode, res.Signal = 128+int(syscall.SIGKILL), "SIGKILL"
-		used.fill(res)
+		w.used.fill(res)
 		res.Message = fmt.Sprintf("the code ran past the %d ms wall-time limit and was killed", spec.Limits.TimeoutMS)
-	case stopped == StatusKilled:
+	case w.stopped == StatusKilled:
 		res.Status = StatusKilled
 		res.Message = "the run was stopped before it finished: " + context.Cause(ctx).Error()
 		res.ExitCode, res.Signal = 128+int(syscall.SIGKILL), "SIGKILL"
-		used.fill(res)
+		w.used.fill(res)
 	case col.exited && col.exit.Error != "":
 		return nil, fmt.Errorf("%w: %s", ErrLauncher, col.exit.Error)
 	case col.exited:
-		r.classify(bg, cid, col, res, spec)
+		r.classify(bg, cid, col, res, spec, cell)
 	default:
 		// The stream ended without an exit frame: the launcher died (the
 		// kernel's OOM killer, or the code killed it) or broke the protocol.
-		r.classifyLost(bg, cid, res, readErr, diag.String())
+		r.classifyLost(bg, cid, res, w.readErr, diag.String())
 	}
 	return res, nil
 }
 
 // classify sets the status from the launcher's exit report.
-func (r *Runner) classify(ctx context.Context, cid string, col *collector, res *Result, spec *Spec) {
+// A cell's host outlives the run: only the launcher's count of the
+// host's OOM kills can tell (cell).
+func (r *Runner) classify(ctx context.Context, cid string, col *collector, res *Result, spec *Spec, cell bool) {
 	e := col.exit
 	switch {
 	case e.TimedOut:
@@ -643,7 +683,7 @@ func (r *Runner) classify(ctx context.Context, cid string, col *collector, res *
 		res.Message = fmt.Sprintf("the code ran past the %d ms wall-time limit and was killed", spec.Limits.TimeoutMS)
 	case e.OOM:
 		res.Status = StatusOOM
-	case e.Signal == "SIGKILL" && r.oomKilled(ctx, cid):
+	case e.Signal == "SIGKILL" && !cell && r.oomKilled(ctx, cid):
 		res.Status = StatusOOM
 	case e.Signal != "":
 		res.Status = StatusKilled

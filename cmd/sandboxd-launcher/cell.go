@@ -87,23 +87,59 @@ func runCellHost(pre []string, out *frameWriter) jobproto.Exit {
 	}
 }
 
-// cell is one built cell: its directory and its waiting interpreter.
+// cell is one built cell: its directories and its waiting interpreter.
 type cell struct {
-	dir    string // the cell's /sandbox, on the host's tmpfs
+	dirs   cellDirs
 	in     *interp
 	status *os.File // the read end of the init's status pipe
 	out    *frameWriter
-	pre    []string
+}
+
+// cellDirs are a cell's writable places, each a fresh directory on one of
+// the host's tmpfs mounts, which the engine made as it makes a
+// container's (sized, nosuid, nodev, /tmp and /dev/shm noexec): bound
+// into the cell, they keep those flags, and only one cell exists at a
+// time, so each has the whole size.
+type cellDirs struct {
+	sandbox, tmp, shm string
+}
+
+func newCellDirs(n int) cellDirs {
+	name := strconv.Itoa(n)
+	return cellDirs{
+		sandbox: filepath.Join(jobproto.CellsDir, name),
+		tmp:     filepath.Join("/tmp", "cell-"+name),
+		shm:     filepath.Join("/dev/shm", "cell-"+name),
+	}
+}
+
+func (d cellDirs) make() error {
+	for _, dir := range []string{d.sandbox, filepath.Join(d.sandbox, "out"), d.tmp, d.shm} {
+		if err := os.Mkdir(dir, 0o700); err != nil {
+			return err
+		}
+	}
+	return os.Chmod(filepath.Join(d.sandbox, "out"), 0o755)
+}
+
+// remove deletes every file the cell left; its mounts are gone already
+// (with its mount namespace).
+func (d cellDirs) remove() error {
+	var first error
+	for _, dir := range []string{d.sandbox, d.tmp, d.shm} {
+		if err := os.RemoveAll(dir); err != nil && first == nil {
+			first = err
+		}
+	}
+	return first
 }
 
 // build makes the next cell and starts its interpreter.
 func (h *cellHost) build() (*cell, error) {
 	h.n++
-	dir := filepath.Join(jobproto.CellsDir, strconv.Itoa(h.n))
-	if err := os.Mkdir(dir, 0o700); err != nil {
-		return nil, err
-	}
-	if err := os.Mkdir(filepath.Join(dir, "out"), 0o755); err != nil {
+	dirs := newCellDirs(h.n)
+	if err := dirs.make(); err != nil {
+		_ = dirs.remove()
 		return nil, err
 	}
 	statusR, statusW, err := os.Pipe()
@@ -118,7 +154,7 @@ func (h *cellHost) build() (*cell, error) {
 		_, _ = seccompW.Write(h.init.Seccomp)
 		seccompW.Close()
 	}()
-	args := append([]string{"bwrap"}, h.bwrapArgs(dir)...)
+	args := append([]string{"bwrap"}, h.bwrapArgs(dirs)...)
 	args = append(args, "--", launcherSelf, "cell-init", strconv.Itoa(cellStatusFD), "--", python, "-c", zygote)
 	args = append(args, h.pre...)
 	in, err := startProcessInterp(bwrap, args, h.out, []*os.File{statusW, seccompR}, nil)
@@ -126,31 +162,32 @@ func (h *cellHost) build() (*cell, error) {
 	seccompR.Close()
 	if err != nil {
 		statusR.Close()
+		_ = dirs.remove()
 		return nil, err
 	}
-	return &cell{dir: dir, in: in, status: statusR, out: h.out, pre: h.pre}, nil
+	return &cell{dirs: dirs, in: in, status: statusR, out: h.out}, nil
 }
 
 // launcherSelf is the launcher's path in the image (and so in every cell).
 const launcherSelf = "/usr/local/bin/sandboxd-launcher"
 
-// bwrapArgs is the cell: every namespace new, the image read-only, fresh
-// /tmp, /dev and /dev/shm, the cell's directory as /sandbox and the other
-// cells hidden, a /proc of the cell's own with the host's facts masked
+// bwrapArgs is the cell: every namespace new, the image read-only, its
+// own /tmp, /sandbox and /dev/shm and the other places hidden, a fresh
+// /dev, a /proc of the cell's own with the host's facts masked
 // (bubblewrap itself makes /proc/sys, /proc/sysrq-trigger, /proc/irq and
 // /proc/bus read-only), no capability, the profile's seccomp filter.
-func (h *cellHost) bwrapArgs(dir string) []string {
-	mb := func(n int64) string { return strconv.FormatInt(n<<20, 10) }
+func (h *cellHost) bwrapArgs(d cellDirs) []string {
 	a := []string{
 		"--unshare-all", "--die-with-parent", "--new-session", "--as-pid-1",
 		"--uid", strconv.Itoa(h.init.UID), "--gid", strconv.Itoa(h.init.GID),
 		"--hostname", "sandbox",
 		"--ro-bind", "/", "/",
-		"--bind", dir, jobproto.WorkDir,
-		"--tmpfs", jobproto.CellsDir,
-		"--size", mb(h.init.TmpfsMB), "--perms", "0700", "--tmpfs", "/tmp",
 		"--dev", "/dev",
-		"--size", mb(max(h.init.ShmMB, 1)), "--perms", "1777", "--tmpfs", "/dev/shm",
+		"--bind", d.sandbox, jobproto.WorkDir,
+		"--bind", d.tmp, "/tmp",
+		"--bind", d.shm, "/dev/shm",
+		"--remount-ro", "/dev", // bubblewrap's /dev is the cell user's
+		"--tmpfs", jobproto.CellsDir, "--remount-ro", jobproto.CellsDir,
 		"--proc", "/proc",
 	}
 	for _, p := range jobproto.Masked {
@@ -169,13 +206,13 @@ func (h *cellHost) bwrapArgs(dir string) []string {
 
 // runJob runs one job in the cell and tears the cell down.
 func (c *cell) runJob(job *jobproto.Job) jobproto.Exit {
-	if err := prepareIn(c.dir, job); err != nil {
+	if err := prepareIn(c.dirs.sandbox, job); err != nil {
 		c.discard()
 		return jobproto.Exit{ExitCode: -1, Error: err.Error()}
 	}
 	exit := c.in.runCell(job, c.status)
-	collect(filepath.Join(c.dir, "out"), outCaps{count: job.MaxOutCount, file: job.MaxOutFileBytes, total: job.MaxOutTotalBytes}, nil, c.out)
-	if err := os.RemoveAll(c.dir); err != nil {
+	collect(filepath.Join(c.dirs.sandbox, "out"), outCaps{count: job.MaxOutCount, file: job.MaxOutFileBytes, total: job.MaxOutTotalBytes}, nil, c.out)
+	if err := c.dirs.remove(); err != nil {
 		exit.Error = "removing the cell's files: " + err.Error()
 	}
 	return exit
@@ -186,7 +223,7 @@ func (c *cell) discard() {
 	killAll(c.in.pid)
 	reapAll()
 	c.status.Close()
-	_ = os.RemoveAll(c.dir)
+	_ = c.dirs.remove()
 }
 
 // runCell hands the job to the cell's interpreter and waits for the cell

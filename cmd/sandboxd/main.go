@@ -90,6 +90,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 type serveConfig struct {
 	addr, dataDir, profilesDir, keysFile string
 	maxRuns, queue, poolSize, poolMax    int
+	cellHosts                            int
 	queueWait, shutdownGrace             time.Duration
 	maxBodyMB                            int64
 	bodyTimeout                          time.Duration
@@ -177,6 +178,7 @@ func parseServe(args []string, stderr io.Writer) (*serveConfig, error) {
 	fs.DurationVar(&c.bodyTimeout, "body-timeout", envDuration("BODY_TIMEOUT", 30*time.Second), "longest time a request body may take to arrive; a slower one is refused with 408 (env SANDBOXD_BODY_TIMEOUT)")
 	fs.IntVar(&c.maxOpenRequests, "max-open-requests", envInt("MAX_OPEN_REQUESTS", 64), "most requests one tenant may hold open at once; past it, 429 RATE_LIMITED (env SANDBOXD_MAX_OPEN_REQUESTS)")
 	fs.IntVar(&c.poolSize, "pool-size", envInt("POOL_SIZE", 2), "started sandboxes kept ready per exec profile; 0 turns the warm pool off (env SANDBOXD_POOL_SIZE)")
+	fs.IntVar(&c.cellHosts, "cell-hosts", envInt("CELL_HOSTS", 64), "most cell hosts (isolation: cell) of all tenants together; each profile's cell.hosts bounds one tenant's (env SANDBOXD_CELL_HOSTS)")
 	fs.IntVar(&c.poolMax, "pool-max", envInt("POOL_MAX", 8), "most started sandboxes kept ready per exec profile when traffic needs more than --pool-size (env SANDBOXD_POOL_MAX)")
 	fs.StringVar(&c.logLevel, "log-level", envDefault("LOG_LEVEL", "info"), "debug, info, warn or error (env SANDBOXD_LOG_LEVEL)")
 	fs.DurationVar(&c.profilesPoll, "profiles-poll", envDuration("PROFILES_POLL", 3*time.Second), "how often the profiles dir is checked for changed files, which are then reloaded (SIGHUP reloads at once); 0 turns polling off (env SANDBOXD_PROFILES_POLL)")
@@ -194,7 +196,7 @@ func parseServe(args []string, stderr io.Writer) (*serveConfig, error) {
 	if len(envErrs) > 0 {
 		return nil, errors.New(strings.Join(envErrs, "; "))
 	}
-	if c.maxRuns < 1 || c.queue < 0 || c.poolSize < 0 || c.poolSize > 64 || c.poolMax > 64 || c.queueWait <= 0 || c.maxBodyMB < 1 || c.shutdownGrace < 0 || c.bodyTimeout <= 0 || c.maxOpenRequests < 1 {
+	if c.maxRuns < 1 || c.queue < 0 || c.poolSize < 0 || c.poolSize > 64 || c.poolMax > 64 || c.cellHosts < 1 || c.queueWait <= 0 || c.maxBodyMB < 1 || c.shutdownGrace < 0 || c.bodyTimeout <= 0 || c.maxOpenRequests < 1 {
 		return nil, errors.New("--max-runs and --max-body-mb must be at least 1, --queue and --shutdown-grace at least 0, --pool-size 0 to 64, --queue-wait above 0")
 	}
 	if err := c.ctl.check(); err != nil {
@@ -328,6 +330,10 @@ func serveWith(cfg *serveConfig, log *slog.Logger, console io.Writer) error {
 	}
 	cancel()
 	eng.EnablePool(cfg.poolSize, cfg.poolMax)
+	eng.EnableCells(cfg.cellHosts)
+	if err := eng.CellsUnavailable(); err != nil {
+		log.Warn("profiles with isolation: cell are refused on this machine; /readyz reports it", "err", err)
+	}
 	eng.Warm(context.Background(), set)
 	eng.StartReaper(time.Minute)
 

@@ -139,3 +139,11 @@ func (t *timing) header() string {
 	add("total", "", t.total)
 	return b.String()
 }
+
+// bindTenant names the key's tenant in the spec: a cell host serves one
+// tenant only.
+func (j *Job) bindTenant() {
+	if j.Key != nil && j.Spec != nil {
+		j.Spec.Tenant = j.Key.Tenant
+	}
+}

@@ -30,6 +30,7 @@ const (
 // answer goes out (an async exec's record is written when it ends). Every
 // outcome, refusals included, is an answer.
 func (f *Flow) Do(ctx context.Context, j *Job) *control.Answer {
+	j.bindTenant()
 	a := f.admitAndRun(ctx, j)
 	if a.Status == http.StatusAccepted {
 		return a
@@ -164,7 +165,7 @@ func (f *Flow) run(live *Live, j *Job) *control.Answer {
 		case errors.As(err, &ae):
 			j.ticket.Cancel()
 			return control.ErrAnswer(ae)
-		case errors.Is(err, runner.ErrImageMissing), errors.Is(err, runner.ErrRuntimeMissing), errors.Is(err, runner.ErrEgressUnavailable):
+		case errors.Is(err, runner.ErrImageMissing), errors.Is(err, runner.ErrRuntimeMissing), errors.Is(err, runner.ErrEgressUnavailable), errors.Is(err, runner.ErrCellsUnavailable):
 			j.ticket.Cancel()
 			return control.ErrAnswer(control.Unavailable(err.Error()))
 		case errors.Is(err, runner.ErrEngine):

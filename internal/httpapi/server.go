@@ -378,6 +378,10 @@ func (s *Server) readyz(c echo.Context) error {
 		var rc []api.ReadyCheck
 		rc, unavailable = s.runtimeChecks(ctx, set)
 		checks = append(checks, rc...)
+		if ch, names := s.cellCheck(set); ch != nil {
+			checks = append(checks, *ch)
+			unavailable = append(unavailable, names...)
+		}
 		if ch, names := s.egressCheck(set); ch != nil {
 			checks = append(checks, *ch)
 			unavailable = append(unavailable, names...)
@@ -466,6 +470,33 @@ func (s *Server) egressCheck(set *profiles.Set) (*api.ReadyCheck, []string) {
 	}
 	ch.Error = fmt.Sprintf("the egress network is not set up (the log says why), so execs with profile %s answer 503 UNAVAILABLE", strings.Join(users, ", "))
 	return ch, users
+}
+
+// cellChecker is the engine's word on cells (runner.Runner has it).
+type cellChecker interface{ CellsUnavailable() error }
+
+// cellCheck reports whether the profiles with isolation: cell can run.
+func (s *Server) cellCheck(set *profiles.Set) (*api.ReadyCheck, []string) {
+	var users []string
+	for _, name := range set.Names() {
+		if set.Exec[name].Isolation == profiles.IsolationCell {
+			users = append(users, name)
+		}
+	}
+	if len(users) == 0 {
+		return nil, nil
+	}
+	ch := &api.ReadyCheck{Name: "cells", Optional: !slices.Contains(users, profiles.DefaultName), OK: true}
+	cc, ok := s.cfg.Engine.(cellChecker)
+	if !ok {
+		return ch, nil // an engine without cells runs them its own way (tests' fakes)
+	}
+	if err := cc.CellsUnavailable(); err != nil {
+		ch.OK = false
+		ch.Error = fmt.Sprintf("%v; execs with profile %s answer 503 UNAVAILABLE", err, strings.Join(users, ", "))
+		return ch, users
+	}
+	return ch, nil
 }
 
 func checkWritable(dir string) error {

@@ -2,8 +2,8 @@ package jobproto
 
 // Cells: a long-lived, locked-down container (the cell host) that serves one
 // tenant's runs of one profile, each in a fresh cell: new user, PID, mount,
-// IPC, UTS and network namespaces built by bubblewrap, fresh tmpfs for /tmp
-// and /dev/shm, a fresh directory for /sandbox, and the profile's seccomp
+// IPC, UTS and network namespaces built by bubblewrap, a fresh directory
+// for each of /tmp, /sandbox and /dev/shm, and the profile's seccomp
 // filter installed before the code starts. One run at a time; when a run
 // ends its cell's PID namespace dies with its init, and its files with its
 // directory, before the next cell is built.
@@ -38,10 +38,6 @@ type CellInit struct {
 	// starts: it stacks on the host's filter, which allows what building a
 	// cell needs and which the code must not have.
 	Seccomp []byte `json:"seccomp"`
-	// TmpfsMB sizes each cell's /tmp (its /sandbox is a directory on the
-	// host's /cells tmpfs of that size); ShmMB its /dev/shm.
-	TmpfsMB int64 `json:"tmpfs_mb"`
-	ShmMB   int64 `json:"shm_mb"`
 	// UID and GID are the code's, inside and outside the cell.
 	UID int `json:"uid"`
 	GID int `json:"gid"`
