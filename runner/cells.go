@@ -262,20 +262,19 @@ func hostSeccomp(profile []byte) ([]byte, error) {
 // hostOptions is a cell host's container: the profile's lockdown as
 // createOptions writes it, with what bubblewrap needs: the host seccomp
 // profile, a /proc the engine does not mask (each cell masks its own, see
-// jobproto.Masked; the kernel refuses a new proc mount over a masked one),
-// the cells' tmpfs, and room for bubblewrap's processes.
+// jobproto.Masked; the kernel refuses a new proc mount over a masked one)
+// and room for bubblewrap's processes. The cells' /tmp, /sandbox and
+// /dev/shm are directories on the host's.
 func hostOptions(spec *Spec, imageID, instance, hostID string, f cellFilter) (*container.Config, *container.HostConfig, error) {
 	cfg, hc, err := createOptions(spec, imageID, instance, nil)
 	if err != nil {
 		return nil, nil, err
 	}
-	uid, gid, _ := splitUser(spec.Profile.User)
 	cfg.Cmd = append(cfg.Cmd, "--cell")
 	cfg.Labels[LabelExecID] = hostID
 	cfg.Labels[LabelCellTenant] = spec.Tenant
 	hc.SecurityOpt = []string{"no-new-privileges:true", "seccomp=" + string(f.host)}
 	hc.MaskedPaths, hc.ReadonlyPaths = []string{}, []string{}
-	hc.Tmpfs[jobproto.CellsDir] = fmt.Sprintf("rw,nosuid,nodev,size=%dm,uid=%d,gid=%d,mode=0700", spec.Limits.TmpfsMB, uid, gid)
 	pids := *hc.PidsLimit + cellPidsOverhead
 	hc.PidsLimit = &pids
 	return cfg, hc, nil

@@ -11,6 +11,7 @@ package main
 import (
 	"encoding/json"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -80,9 +81,15 @@ func runCellHost(pre []string, out *frameWriter) jobproto.Exit {
 		// The job's frames, and the Ready after them, are sealed with its
 		// own key.
 		out.setKey(os.Stdout, job.Key)
-		exit := c.runJob(&job)
+		exit, cleanErr := c.runJob(&job)
 		if err := out.json(jobproto.TypeExit, exit); err != nil {
 			return jobproto.Exit{ExitCode: -1, Error: err.Error()}
+		}
+		if cleanErr != nil {
+			// What the cell left cannot be removed: no other cell may
+			// run here. The host says so and ends; sandboxd replaces it.
+			_ = out.json(jobproto.TypeNotice, jobproto.Notice{Message: "removing a cell's files failed: " + cleanErr.Error()})
+			return jobproto.Exit{ExitCode: -1, Error: cleanErr.Error()}
 		}
 	}
 }
@@ -105,11 +112,11 @@ type cellDirs struct {
 }
 
 func newCellDirs(n int) cellDirs {
-	name := strconv.Itoa(n)
+	name := "cell-" + strconv.Itoa(n)
 	return cellDirs{
-		sandbox: filepath.Join(jobproto.CellsDir, name),
-		tmp:     filepath.Join("/tmp", "cell-"+name),
-		shm:     filepath.Join("/dev/shm", "cell-"+name),
+		sandbox: filepath.Join(jobproto.WorkDir, name),
+		tmp:     filepath.Join("/tmp", name),
+		shm:     filepath.Join("/dev/shm", name),
 	}
 }
 
@@ -123,10 +130,19 @@ func (d cellDirs) make() error {
 }
 
 // remove deletes every file the cell left; its mounts are gone already
-// (with its mount namespace).
+// (with its mount namespace), and so are its processes. Every file is the
+// launcher's uid's (the cell maps no other), but the code may have closed
+// directories to their owner (chmod 000): they are opened up first.
+// Nothing can swap a directory for a link meanwhile: nothing else runs.
 func (d cellDirs) remove() error {
 	var first error
 	for _, dir := range []string{d.sandbox, d.tmp, d.shm} {
+		_ = filepath.WalkDir(dir, func(path string, e fs.DirEntry, err error) error {
+			if err == nil && e.IsDir() {
+				_ = os.Chmod(path, 0o700)
+			}
+			return nil
+		})
 		if err := os.RemoveAll(dir); err != nil && first == nil {
 			first = err
 		}
@@ -172,7 +188,7 @@ func (h *cellHost) build() (*cell, error) {
 const launcherSelf = "/usr/local/bin/sandboxd-launcher"
 
 // bwrapArgs is the cell: every namespace new, the image read-only, its
-// own /tmp, /sandbox and /dev/shm and the other places hidden, a fresh
+// own /tmp, /sandbox and /dev/shm over the host's, a fresh
 // /dev, a /proc of the cell's own with the host's facts masked
 // (bubblewrap itself makes /proc/sys, /proc/sysrq-trigger, /proc/irq and
 // /proc/bus read-only), no capability, the profile's seccomp filter.
@@ -187,7 +203,6 @@ func (h *cellHost) bwrapArgs(d cellDirs) []string {
 		"--bind", d.tmp, "/tmp",
 		"--bind", d.shm, "/dev/shm",
 		"--remount-ro", "/dev", // bubblewrap's /dev is the cell user's
-		"--tmpfs", jobproto.CellsDir, "--remount-ro", jobproto.CellsDir,
 		"--proc", "/proc",
 	}
 	for _, p := range jobproto.Masked {
@@ -204,18 +219,16 @@ func (h *cellHost) bwrapArgs(d cellDirs) []string {
 	return append(a, "--cap-drop", "ALL", "--seccomp", strconv.Itoa(cellSeccompFD), "--chdir", jobproto.WorkDir)
 }
 
-// runJob runs one job in the cell and tears the cell down.
-func (c *cell) runJob(job *jobproto.Job) jobproto.Exit {
+// runJob runs one job in the cell and tears the cell down; cleanErr says
+// the cell's files could not all be removed.
+func (c *cell) runJob(job *jobproto.Job) (exit jobproto.Exit, cleanErr error) {
 	if err := prepareIn(c.dirs.sandbox, job); err != nil {
 		c.discard()
-		return jobproto.Exit{ExitCode: -1, Error: err.Error()}
+		return jobproto.Exit{ExitCode: -1, Error: err.Error()}, nil
 	}
-	exit := c.in.runCell(job, c.status)
+	exit = c.in.runCell(job, c.status)
 	collect(filepath.Join(c.dirs.sandbox, "out"), outCaps{count: job.MaxOutCount, file: job.MaxOutFileBytes, total: job.MaxOutTotalBytes}, nil, c.out)
-	if err := c.dirs.remove(); err != nil {
-		exit.Error = "removing the cell's files: " + err.Error()
-	}
-	return exit
+	return exit, c.dirs.remove()
 }
 
 // discard tears down a cell that ran no job.

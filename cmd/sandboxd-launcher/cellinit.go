@@ -12,7 +12,9 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"slices"
 	"strconv"
+	"strings"
 	"syscall"
 
 	"golang.org/x/sys/unix"
@@ -59,9 +61,12 @@ func cellInit(args []string) int {
 	for i := 3; i <= 6; i++ {
 		files = append(files, os.NewFile(uintptr(i), "fd"+strconv.Itoa(i)))
 	}
+	// bubblewrap adds PWD; the code gets the environment a container's
+	// code gets.
+	env := slices.DeleteFunc(os.Environ(), func(kv string) bool { return strings.HasPrefix(kv, "PWD=") })
 	proc, err := os.StartProcess(args[2], args[2:], &os.ProcAttr{
 		Dir:   jobproto.WorkDir,
-		Env:   os.Environ(),
+		Env:   env,
 		Files: files,
 		Sys:   &syscall.SysProcAttr{Setpgid: true},
 	})

@@ -43,10 +43,6 @@ type CellInit struct {
 	GID int `json:"gid"`
 }
 
-// CellsDir is where a cell host keeps its cells' /sandbox directories (a
-// tmpfs of the host; hidden inside every cell).
-const CellsDir = "/cells"
-
 // Masked are the /proc and /sys paths a sandbox must not read: the engine's
 // defaults and the host-wide facts a sandbox has no use for. A container
 // masks them through the engine (MaskedPaths); a cell host, whose /proc the
