@@ -114,6 +114,9 @@ type Result struct {
 	// one's create and start).
 	Pooled  bool
 	Acquire time.Duration
+	// Container is the engine container the run had: its own, or the
+	// cell host it ran in (isolation: cell).
+	Container string
 }
 
 // Error kinds returned by Run, so callers can map them to responses.
@@ -540,7 +543,6 @@ func (r *Runner) runIn(ctx context.Context, b *box, spec *Spec) (*Result, error)
 	// A fresh key per run seals what the launcher reports (jobproto.SealedWriter).
 	spec.Job.Key = jobproto.NewKey()
 	defer hj.Close()
-	bg := context.WithoutCancel(ctx)
 
 	// Hand over the job, then close our side of stdin.
 	sendErr := make(chan error, 1)
@@ -589,7 +591,7 @@ func (r *Runner) runIn(ctx context.Context, b *box, spec *Spec) (*Result, error)
 		}
 		r.log.Warn("sending job to sandbox failed", "exec_id", spec.ID, "err", err)
 	}
-	return r.outcome(bg, cid, spec, col, w, imageID, diag, false)
+	return r.outcome(ctx, cid, spec, col, w, imageID, diag, false)
 }
 
 // waited is how a run's wait ended.
@@ -643,6 +645,7 @@ wait:
 func (r *Runner) outcome(ctx context.Context, cid string, spec *Spec, col *collector, w waited, imageID string, diag *capped, cell bool) (*Result, error) {
 	bg := context.WithoutCancel(ctx)
 	res := col.result(imageID)
+	res.Container = cid
 	if res.Duration == 0 && !w.ranFrom.IsZero() {
 		res.Duration = w.ended.Sub(w.ranFrom)
 	}

@@ -21,13 +21,26 @@ import (
 	"github.com/sandboxd/sandboxd/profiles"
 )
 
+// defaultProfile is the shipped default profile with one container per
+// run (isolation: container); cells_test.go runs it in cells.
 func defaultProfile(t *testing.T) *profiles.Exec {
+	t.Helper()
+	p := *shippedProfile(t, "default")
+	p.Isolation = profiles.IsolationContainer
+	return &p
+}
+
+func shippedProfile(t *testing.T, name string) *profiles.Exec {
 	t.Helper()
 	set, err := profiles.Load("../profiles")
 	if err != nil {
 		t.Fatal(err)
 	}
-	return set.Exec["default"]
+	p := set.Exec[name]
+	if p == nil {
+		t.Fatalf("no %s profile in ../profiles", name)
+	}
+	return p
 }
 
 func TestCreateOptionsLockdown(t *testing.T) {

@@ -242,7 +242,8 @@ func (c *cell) discard() {
 // runCell hands the job to the cell's interpreter and waits for the cell
 // to end: its init reports how the interpreter ended, and the kill that
 // follows ends every process the code left (the PID namespace dies with
-// the init). CPU is the host's cgroup's, which holds only this run.
+// the init). CPU is the host's cgroup's, which holds only this run (and the
+// launcher's relaying of its output).
 func (in *interp) runCell(job *jobproto.Job, statusR *os.File) jobproto.Exit {
 	outputLimit.Store(job.OutputBytes)
 	in.waitReady()
@@ -296,9 +297,8 @@ func (in *interp) runCell(job *jobproto.Job, statusR *os.File) jobproto.Exit {
 		StdoutTruncated: in.outTrunc,
 		StderrTruncated: in.errTrunc,
 		TimedOut:        timedOut,
-		UserCPUMS:       max(cpu1.user-cpu0.user, 0),
-		SysCPUMS:        max(cpu1.sys-cpu0.sys, 0),
 	}
+	exit.UserCPUMS, exit.SysCPUMS = cpuBetween(cpu0, cpu1)
 	if timedOut {
 		exit.ExitCode, exit.Signal = 128+int(syscall.SIGKILL), "SIGKILL"
 		return exit
@@ -316,4 +316,17 @@ func (in *interp) runCell(job *jobproto.Job, statusR *os.File) jobproto.Exit {
 		}
 	}
 	return exit
+}
+
+// cpuBetween is the CPU the host's cgroup used between two readings: the
+// precise total, split into user and system time as the (tick-grained,
+// under cgroup v1) split says.
+func cpuBetween(a, b cpuUse) (user, sys int64) {
+	total := max(b.total-a.total, 0)
+	u, s := max(b.user-a.user, 0), max(b.sys-a.sys, 0)
+	if u+s == 0 {
+		return total, 0
+	}
+	user = total * u / (u + s)
+	return user, total - user
 }

@@ -171,3 +171,21 @@ func write(t *testing.T, path, text string) {
 		t.Fatal(err)
 	}
 }
+
+func TestCPUBetweenSplitsThePreciseTotal(t *testing.T) {
+	for _, tc := range []struct {
+		a, b      cpuUse
+		user, sys int64
+	}{
+		// 7 ms in all, under one tick each way: all of it is user time.
+		{cpuUse{user: 100, sys: 50, total: 153}, cpuUse{user: 100, sys: 50, total: 160}, 7, 0},
+		// 30 ms, ticks say 2:1.
+		{cpuUse{user: 0, sys: 0, total: 0}, cpuUse{user: 20, sys: 10, total: 30}, 20, 10},
+		// A counter that went back (a new cgroup) gives nothing.
+		{cpuUse{user: 50, sys: 50, total: 100}, cpuUse{user: 10, sys: 10, total: 20}, 0, 0},
+	} {
+		if u, s := cpuBetween(tc.a, tc.b); u != tc.user || s != tc.sys {
+			t.Errorf("cpuBetween(%+v, %+v) = %d, %d; want %d, %d", tc.a, tc.b, u, s, tc.user, tc.sys)
+		}
+	}
+}

@@ -392,6 +392,17 @@ func serveWith(cfg *serveConfig, log *slog.Logger, console io.Writer) error {
 	}
 	srv.Metrics().GaugesByLabel("sandboxd_pool_ready", "Started sandboxes waiting in the warm pool for a job, per exec profile.", "profile", poolGauge(0))
 	srv.Metrics().GaugesByLabel("sandboxd_pool_starting", "Sandboxes being started for the warm pool, per exec profile.", "profile", poolGauge(1))
+	cellGauge := func(i int) func() map[string]float64 {
+		return func() map[string]float64 {
+			out := map[string]float64{}
+			for profile, n := range eng.CellHosts() {
+				out[profile] = float64(n[i])
+			}
+			return out
+		}
+	}
+	srv.Metrics().GaugesByLabel("sandboxd_cell_hosts_busy", "Cell hosts running a run or building their next cell, per exec profile (isolation: cell).", "profile", cellGauge(0))
+	srv.Metrics().GaugesByLabel("sandboxd_cell_hosts_idle", "Cell hosts with a built cell waiting for a run, per exec profile (isolation: cell).", "profile", cellGauge(1))
 	ln, err := net.Listen("tcp", cfg.addr)
 	if err != nil {
 		return fmt.Errorf("listening on %s: %w", cfg.addr, err)

@@ -206,7 +206,7 @@ func (f *Flow) run(live *Live, j *Job) *control.Answer {
 		res.Message += fmt.Sprintf(" (the limit was lowered from %d ms to what the %s budget had left)", j.OrigTimeout, j.ticket.LoweredBy)
 	}
 	log.Info("run finished", "status", res.Status, "exit_code", res.ExitCode, "duration_ms", res.Duration.Milliseconds(),
-		"stdout_bytes", len(res.Stdout), "stderr_bytes", len(res.Stderr), "files", len(res.Files), "image", res.ImageID)
+		"stdout_bytes", len(res.Stdout), "stderr_bytes", len(res.Stderr), "files", len(res.Files), "image", res.ImageID, "container", shortID(res.Container))
 	if j.Finished != nil {
 		j.Finished(cpu)
 	}
@@ -265,3 +265,6 @@ func (f *Flow) saveAsync(j *Job, rec *store.ExecRecord, a *control.Answer, start
 		j.Log.Error("storing the async exec's result failed", "err", err)
 	}
 }
+
+// shortID is a container id as the engine's CLI shows it.
+func shortID(id string) string { return id[:min(len(id), 12)] }
