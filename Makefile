@@ -9,6 +9,7 @@
 #   make gvisor   install gVisor (runsc) and register it with the engine, for
 #                 profiles with runtime: runsc (see scripts/gvisor.sh)
 #   make bench    latency and throughput benchmark -> bench/RESULTS.md
+#   make soak     10,000 execs in cells, then a shutdown that must leave nothing
 #   make clean    remove bin/
 #
 # Variables: GO, IMAGE, BASE (for `make docker`), DOCKER_IMAGE, ADDR, KEYS_FILE,
@@ -44,7 +45,7 @@ LAUNCHER_LDFLAGS := -s -w -buildid=
 # The classic builder is what works without the buildx plugin (engine 20.10).
 DOCKER_BUILDKIT ?= $(shell docker buildx version >/dev/null 2>&1 && echo 1 || echo 0)
 
-.PHONY: all help image launcher build sandboxd cgo-deps test-deps run test vet lint docker gvisor clean fmt-check bench
+.PHONY: all help image launcher build sandboxd cgo-deps test-deps run test vet lint docker gvisor clean fmt-check bench soak
 
 all: build
 
@@ -132,6 +133,12 @@ docker: sandboxd $(if $(filter $(BASE_REPO):%,$(BASE)),image)
 fmt-check:
 	@out="$$(find . -name '*.go' -not -path './.git/*' -not -path './bin/*' -not -path './data/*' -exec gofmt -l {} +)"; \
 	if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
+
+# Ten thousand execs in cells, then a shutdown that must leave no
+# container, process or mount (tests/cells). Minutes long: not part of
+# make test, which runs 300.
+soak: image build
+	SANDBOXD_CELLS_SOAK=10000 $(GO) test -count=1 -timeout 60m -run 'TestManyRunsThenShutdown' -v ./tests/cells/
 
 # Latency and throughput side by side with docker run --rm and host python3;
 # writes bench/RESULTS.md. Minutes long: not part of make test.
