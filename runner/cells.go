@@ -19,6 +19,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -182,22 +183,25 @@ func (r *Runner) CellHosts() map[string][2]int {
 
 // userNamespaceCheck reads the kernel settings that decide whether an
 // unprivileged process in a container may create a user namespace.
-func userNamespaceCheck() error {
-	read := func(path string) (int64, bool) {
-		b, err := os.ReadFile(path)
+func userNamespaceCheck() error { return userNamespaceCheckIn("/proc/sys") }
+
+// userNamespaceCheckIn is userNamespaceCheck for the sysctl tree at dir.
+func userNamespaceCheckIn(dir string) error {
+	read := func(name string) (int64, bool) {
+		b, err := os.ReadFile(filepath.Join(dir, name))
 		if err != nil {
 			return 0, false
 		}
 		n, err := strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64)
 		return n, err == nil
 	}
-	if n, ok := read("/proc/sys/user/max_user_namespaces"); ok && n == 0 {
+	if n, ok := read("user/max_user_namespaces"); ok && n == 0 {
 		return fmt.Errorf("%w: the kernel allows no user namespaces (user.max_user_namespaces = 0); set it to 10000 or more (sysctl -w user.max_user_namespaces=15000) to serve profiles with isolation: cell", ErrCellsUnavailable)
 	}
-	if n, ok := read("/proc/sys/kernel/unprivileged_userns_clone"); ok && n == 0 {
+	if n, ok := read("kernel/unprivileged_userns_clone"); ok && n == 0 {
 		return fmt.Errorf("%w: the kernel lets only privileged processes create user namespaces (kernel.unprivileged_userns_clone = 0); set it to 1 to serve profiles with isolation: cell", ErrCellsUnavailable)
 	}
-	if n, ok := read("/proc/sys/kernel/apparmor_restrict_unprivileged_userns"); ok && n != 0 {
+	if n, ok := read("kernel/apparmor_restrict_unprivileged_userns"); ok && n != 0 {
 		return fmt.Errorf("%w: AppArmor restricts unprivileged user namespaces (kernel.apparmor_restrict_unprivileged_userns = %d); set it to 0 to serve profiles with isolation: cell", ErrCellsUnavailable, n)
 	}
 	return nil

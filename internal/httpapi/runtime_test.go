@@ -4,8 +4,10 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"testing"
 
@@ -128,5 +130,45 @@ func TestExecRuntimeMissingIsUnavailable(t *testing.T) {
 		if !strings.Contains(msg, want) {
 			t.Errorf("message %q lacks %q", msg, want)
 		}
+	}
+}
+
+// cellEngine is a runtimeEngine with the runner's word on cells.
+type cellEngine struct {
+	*runtimeEngine
+	cellsErr error
+}
+
+func (e *cellEngine) CellsUnavailable() error { return e.cellsErr }
+
+// A kernel that forbids unprivileged user namespaces: /readyz says so
+// naming the setting, the cell profiles are unavailable, and their execs
+// are a 503 UNAVAILABLE, never a run with other isolation.
+func TestCellsUnavailable(t *testing.T) {
+	why := fmt.Errorf("%w: the kernel allows no user namespaces (user.max_user_namespaces = 0); set it", runner.ErrCellsUnavailable)
+	code, b := readyzWith(t, &cellEngine{runtimeEngine: &runtimeEngine{fakeEngine: &fakeEngine{}, runtimes: []string{"runc", "runsc"}}, cellsErr: why})
+	if code != 503 || b.Status != "not ready" {
+		t.Fatalf("readyz %d %+v, want 503: the default profile runs in cells", code, b)
+	}
+	c := check(b, "cells")
+	if c == nil || c.OK || c.Optional || !strings.Contains(c.Error, "user.max_user_namespaces = 0") || !strings.Contains(c.Error, "503 UNAVAILABLE") {
+		t.Errorf("cells check = %+v", c)
+	}
+	if !slices.Equal(b.Unavailable, []string{"data", "default"}) {
+		t.Errorf("unavailable_profiles = %v, want [data default]", b.Unavailable)
+	}
+	if code, b := readyzWith(t, &cellEngine{runtimeEngine: &runtimeEngine{fakeEngine: &fakeEngine{}, runtimes: []string{"runc", "runsc"}}}); code != 200 || check(b, "cells") == nil || !check(b, "cells").OK {
+		t.Errorf("with cells available: readyz %d %+v", code, b)
+	}
+
+	f := newFixture(t, 1, 1)
+	eng := &runtimeEngine{fakeEngine: f.eng, runtimes: []string{"runc"}, runErr: why}
+	f.srv = f.srv.with(t, func(c *Config) { c.Engine = eng })
+	resp, body := f.do(t, f.agent, `{"language":"python","code":"print(1)"}`)
+	if resp.StatusCode != http.StatusServiceUnavailable {
+		t.Fatalf("status %d %v, want 503", resp.StatusCode, body)
+	}
+	if code, _, msg := errorOf(t, body); code != api.CodeUnavailable || !strings.Contains(msg, "user.max_user_namespaces") {
+		t.Errorf("error %s %q", code, msg)
 	}
 }
