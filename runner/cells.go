@@ -295,6 +295,13 @@ func (c *cells) acquire(ctx context.Context, spec *Spec, imageID string) (h *cel
 			c.mu.Unlock()
 			return nil, false, fmt.Errorf("%w: sandboxd is shutting down", ErrEngine)
 		}
+		if stale := c.staleLocked(key); len(stale) > 0 {
+			c.mu.Unlock()
+			for _, h := range stale {
+				c.remove(h)
+			}
+			continue
+		}
 		if hs := c.idle[key]; len(hs) > 0 {
 			h := hs[len(hs)-1]
 			c.idle[key] = hs[:len(hs)-1]
@@ -329,6 +336,20 @@ func (c *cells) acquire(ctx context.Context, spec *Spec, imageID string) (h *cel
 			return nil, false, ctx.Err()
 		}
 	}
+}
+
+// staleLocked takes the idle hosts of key's tenant and profile made from
+// another image than key's: the image was rebuilt, and they never serve
+// again.
+func (c *cells) staleLocked(key cellKey) []*cellHost {
+	var stale []*cellHost
+	for k, hs := range c.idle {
+		if k.group() == key.group() && k.imageID != key.imageID {
+			stale = append(stale, hs...)
+			delete(c.idle, k)
+		}
+	}
+	return stale
 }
 
 // victimLocked takes the longest-idle host other than key's, of key's
