@@ -70,6 +70,7 @@ type config struct {
 	settle    time.Duration
 	poolSize  int
 	startRuns int
+	keep      bool
 	only      map[string]bool
 }
 
@@ -82,6 +83,7 @@ func main() {
 	flag.DurationVar(&c.settle, "settle", 20*time.Second, "longest wait before each line for the machine to go quiet (under 15% busy); 0: no wait")
 	flag.IntVar(&c.poolSize, "pool-size", 4, "warm pool size for container mode's warm lines")
 	flag.IntVar(&c.startRuns, "start-runs", 10, "runs of each docker run --runtime line (runc against runsc start) of the strict part")
+	flag.BoolVar(&c.keep, "keep", false, "keep the temporary dir: sandboxd's logs (sandboxd-MODE.log), data dirs and the container-mode profiles")
 	out := flag.String("out", "bench/RESULTS.md", "where to write the results table")
 	only := flag.String("only", strings.Join(parts, ","), "comma-separated parts to run: "+strings.Join(parts, ", "))
 	printConc := flag.Int("concurrency", 16, "concurrency of print(1)'s and strict's throughput lines")
@@ -115,13 +117,17 @@ func main() {
 }
 
 // runAll runs the selected parts: the lines without sandboxd first, then
-// one sandboxd per mode.
+// one sandboxd per mode, then the strict part's engine lines and probes.
 func runAll(c *config, loads []workload) ([]row, *strictProbes) {
 	root, err := os.Getwd()
 	check(err)
 	tmp, err := os.MkdirTemp("", "sandboxd-bench-")
 	check(err)
-	defer os.RemoveAll(tmp)
+	if c.keep {
+		defer fmt.Fprintf(os.Stderr, "kept %s (sandboxd's logs, data dirs and profiles)\n", tmp)
+	} else {
+		defer os.RemoveAll(tmp)
+	}
 	shipped := filepath.Join(root, "profiles")
 	for _, w := range loads {
 		if c.only["cells"] && isolationOf(shipped, w.profile) != "cell" {
@@ -129,33 +135,41 @@ func runAll(c *config, loads []workload) ([]row, *strictProbes) {
 		}
 	}
 	var rows []row
-	singleN := func(scenario, load string, runs int, pace time.Duration, fn call) {
-		settle(c.settle)
-		rows = append(rows, measure(scenario, load, line{conc: 1, runs: runs, dur: c.lineMax, pace: pace}, fn))
-	}
-	single := func(scenario, load string, pace time.Duration, fn call) { singleN(scenario, load, c.runs, pace, fn) }
 	for _, w := range loads {
 		if c.only["floor"] {
-			single(scFloor, w.name, 0, hostPython(w))
+			rows = append(rows, c.single(scFloor, w.name, c.runs, measure, hostPython(w)))
 		}
 		if c.only["docker"] {
-			single(scDocker, w.name, 0, dockerRun("", w))
+			rows = append(rows, c.single(scDocker, w.name, c.runs, measure, dockerRun("", w)))
 		}
 	}
-	if !c.only["cold"] && !c.only["warm"] && !c.only["strict"] && !c.only["cells"] {
+	if c.only["cold"] || c.only["warm"] || c.only["strict"] || c.only["cells"] {
+		bin := filepath.Join(tmp, "sandboxd")
+		run("go", "build", "-o", bin, "./cmd/sandboxd")
+		containers := filepath.Join(tmp, "profiles-container")
+		check(containerProfiles(shipped, containers))
+		rows = append(rows, c.sandboxdLines(bin, shipped, containers, tmp, loads)...)
+	}
+	if !c.only["strict"] {
 		return rows, nil
 	}
-	bin := filepath.Join(tmp, "sandboxd")
-	run("go", "build", "-o", bin, "./cmd/sandboxd")
-	containers := filepath.Join(tmp, "profiles-container")
-	check(containerProfiles(shipped, containers))
+	w := workload{name: loadStrict, code: "print(1)", want: "1", image: "sandboxd/python:3.11"}
+	rows = append(rows, c.single(scRunc, w.name, c.startRuns, measure, dockerRun("runc", w)),
+		c.single(scRunsc, w.name, c.startRuns, measure, dockerRun("runsc", w)))
+	probes := probeStrict(w.image)
+	return append(rows, row{scenario: scStrictSel, load: loadStrict, conc: loads[0].conc, note: probes.cellsVerdict()}), probes
+}
 
+// sandboxdLines are the lines of each sandboxd mode, one server each:
+// container mode cold and warm (with strict), then cells.
+func (c *config) sandboxdLines(bin, shipped, containers, tmp string, loads []workload) []row {
+	var rows []row
 	if c.only["cold"] {
 		srv := startServer(bin, containers, tmp, "cold", 0)
 		for _, w := range loads {
 			fn := srv.exec(w)
 			warmUp(fn, 3)
-			single(scCold, w.name, 0, fn)
+			rows = append(rows, c.single(scCold, w.name, c.runs, srv.measure, fn))
 		}
 		srv.stop()
 	}
@@ -163,50 +177,54 @@ func runAll(c *config, loads []workload) ([]row, *strictProbes) {
 		srv := startServer(bin, containers, tmp, "warm", c.poolSize)
 		if c.only["warm"] {
 			for _, w := range loads {
-				rows = append(rows, modeLines(c, scWarm, w, srv.exec(w))...)
+				rows = append(rows, c.modeLines(srv, scWarm, w)...)
 			}
 		}
 		if c.only["strict"] {
 			w := workload{name: loadStrict, code: "print(1)", want: "1", image: "sandboxd/python:3.11", profile: "strict", conc: loads[0].conc}
-			rows = append(rows, throughput(c, scStrict, w, srv.exec(w)))
+			rows = append(rows, c.throughput(srv, scStrict, w))
 		}
 		srv.stop()
 	}
 	if c.only["cells"] {
 		srv := startServer(bin, shipped, tmp, "cells", 0)
 		for _, w := range loads {
-			rows = append(rows, modeLines(c, scCells, w, srv.exec(w))...)
+			rows = append(rows, c.modeLines(srv, scCells, w)...)
 		}
 		srv.stop()
 	}
-	var probes *strictProbes
-	if c.only["strict"] {
-		w := workload{name: loadStrict, code: "print(1)", want: "1", image: "sandboxd/python:3.11"}
-		singleN(scRunc, w.name, c.startRuns, 0, dockerRun("runc", w))
-		singleN(scRunsc, w.name, c.startRuns, 0, dockerRun("runsc", w))
-		probes = probeStrict(w.image)
-		rows = append(rows, row{scenario: scStrictSel, load: loadStrict, conc: loads[0].conc, note: probes.cellsVerdict()})
-	}
-	return rows, probes
+	return rows
+}
+
+// measurer runs one line: measure, or a server's.
+type measurer func(scenario, load string, l line, fn call) row
+
+// single is a concurrency-1 line of at most runs calls, after the machine
+// settled.
+func (c *config) single(scenario, load string, runs int, m measurer, fn call) row {
+	settle(c.settle)
+	return m(scenario, load, line{conc: 1, runs: runs, dur: c.lineMax}, fn)
 }
 
 // modeLines are a warm sandboxd mode's lines for one workload: single
 // paced requests, then throughput.
-func modeLines(c *config, scenario string, w workload, fn call) []row {
+func (c *config) modeLines(srv *server, scenario string, w workload) []row {
+	fn := srv.exec(w)
 	warmUp(fn, 5)
 	settle(c.settle)
-	single := measure(scenario, w.name, line{conc: 1, runs: c.runs, dur: c.lineMax, pace: w.pace}, fn)
-	return []row{single, throughput(c, scenario, w, fn)}
+	single := srv.measure(scenario, w.name, line{conc: 1, runs: c.runs, dur: c.lineMax, pace: w.pace}, fn)
+	return []row{single, c.throughput(srv, scenario, w)}
 }
 
 // throughput is one throughput line, after an untimed warm-up at its
 // concurrency.
-func throughput(c *config, scenario string, w workload, fn call) row {
+func (c *config) throughput(srv *server, scenario string, w workload) row {
+	fn := srv.exec(w)
 	if c.warmup > 0 {
-		measure("(warm-up) "+scenario, w.name, line{conc: w.conc, dur: c.warmup}, fn)
+		srv.measure("(warm-up) "+scenario, w.name, line{conc: w.conc, dur: c.warmup}, fn)
 	}
 	settle(c.settle)
-	return measure(scenario, w.name, line{conc: w.conc, dur: c.duration, window: true}, fn)
+	return srv.measure(scenario, w.name, line{conc: w.conc, dur: c.duration, window: true}, fn)
 }
 
 // warmUp makes n spaced calls, to let a pool fill and warm the caches.

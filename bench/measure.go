@@ -52,6 +52,9 @@ type row struct {
 	phases map[string]float64
 	// errors counts each distinct error.
 	errors map[string]int
+	// logged counts the warnings and errors sandboxd logged during the
+	// line.
+	logged map[string]int
 	// before is how busy the machine was just before the line (0 to 1).
 	before float64
 	// note replaces the figures of a line that could not be measured.

@@ -45,7 +45,8 @@ func writeHeader(b *strings.Builder, c *config, loads []workload) {
 		"waits included; throughput is the answers within the %v, divided by it. Latency is end to end over HTTP on loopback for sandboxd, and the whole command for the others. "+
 		"CPU per exec is the whole machine's busy CPU time during the line (sandboxd, the engine, containerd, shims, runc, the storage driver, the kernel and the code) divided by its answers: "+
 		"with %d CPUs, %d s divided by it bounds the sustained rate. *warm* counts the answers whose Server-Timing said `sandbox;desc=\"warm\"` "+
-		"(a pooled container, or a cell that was built before the call).\n\n",
+		"(a pooled container, or a cell that had been started before the call: its interpreter may still be importing the profile's preload then, "+
+		"and that wait shows as exchange time in the phases below).\n\n",
 		c.runs, c.lineMax, strings.Join(paces, ", "), c.duration, strings.Join(concs, ", "), c.warmup, c.duration, runtime.NumCPU(), runtime.NumCPU())
 }
 
@@ -191,20 +192,24 @@ func rowConc(rows []row, load, scenario string) int {
 
 func code(s string) string { return "`" + strings.ReplaceAll(s, "`", "'") + "`" }
 
-// writeErrors lists the errors of every line that had some.
+// writeErrors lists the errors of every line that had some, and what
+// sandboxd logged as warnings and errors meanwhile.
 func writeErrors(b *strings.Builder, rows []row) {
 	first := true
 	for _, r := range rows {
-		if len(r.errors) == 0 {
+		if len(r.errors) == 0 && len(r.logged) == 0 {
 			continue
 		}
 		if first {
-			b.WriteString("\nErrors (count x error, the commonest five of each line):\n\n")
+			b.WriteString("\nErrors (count x error, the commonest five of each line) and the warnings and errors sandboxd logged during the line:\n\n")
 			first = false
 		}
 		fmt.Fprintf(b, "- %s, %s, concurrency %d:\n", r.load, r.scenario, r.conc)
 		for _, e := range topErrors(r.errors, 5) {
 			fmt.Fprintf(b, "  - %s\n", code(strings.ReplaceAll(e, "\n", " ")))
+		}
+		for _, e := range topErrors(r.logged, 5) {
+			fmt.Fprintf(b, "  - logged: %s\n", code(strings.ReplaceAll(e, "\n", " ")))
 		}
 	}
 }

@@ -29,7 +29,10 @@ type server struct {
 	cmd *exec.Cmd
 	url string
 	key string
-	log *bytes.Buffer
+	// log is the file sandboxd's output goes to; read is how much of it
+	// logged has looked at.
+	log  string
+	read int
 }
 
 // startServer starts sandboxd on a free loopback port with generous
@@ -46,11 +49,14 @@ func startServer(bin, profilesDir, tmp, name string, pool int) *server {
 	check(err)
 	addr := ln.Addr().String()
 	ln.Close()
-	s := &server{url: "http://" + addr, key: key, log: &bytes.Buffer{}}
+	s := &server{url: "http://" + addr, key: key, log: filepath.Join(tmp, "sandboxd-"+name+".log")}
+	logf, err := os.Create(s.log)
+	check(err)
+	defer logf.Close() // the child has its own copy
 	s.cmd = exec.Command(bin, "serve", "--addr", addr, "--data-dir", filepath.Join(tmp, "data-"+name),
 		"--profiles-dir", profilesDir, "--keys-file", keys,
 		"--pool-size", fmt.Sprint(pool), "--max-runs", "16", "--queue", "64", "--cell-hosts", "64", "--log-level", "warn")
-	s.cmd.Stderr = s.log
+	s.cmd.Stdout, s.cmd.Stderr = logf, logf
 	check(s.cmd.Start())
 	fmt.Fprintf(os.Stderr, "== sandboxd (%s): profiles %s, pool size %d\n", name, profilesDir, pool)
 	for i := 0; ; i++ {
@@ -63,7 +69,7 @@ func startServer(bin, profilesDir, tmp, name string, pool int) *server {
 		}
 		if i > 300 {
 			s.stop()
-			fail(fmt.Errorf("sandboxd (%s) did not become ready:\n%s", name, s.log))
+			fail(fmt.Errorf("sandboxd (%s) did not become ready:\n%s", name, s.tail()))
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
@@ -138,8 +144,54 @@ func clip(s string, n int) string {
 func (s *server) stop() {
 	_ = s.cmd.Process.Signal(syscall.SIGTERM)
 	if err := s.cmd.Wait(); err != nil {
-		fmt.Fprintf(os.Stderr, "sandboxd exited: %v\n%s\n", err, clip(s.log.String(), 4000))
+		fmt.Fprintf(os.Stderr, "sandboxd exited: %v\n%s\n", err, s.tail())
 	}
+	for _, e := range topErrors(s.logged(), 5) {
+		fmt.Fprintf(os.Stderr, "  sandboxd logged %s\n", e)
+	}
+}
+
+// tail is the end of sandboxd's output.
+func (s *server) tail() string {
+	b, _ := os.ReadFile(s.log)
+	return string(b[max(len(b)-4000, 0):])
+}
+
+// logged counts the warnings and errors sandboxd logged since the last
+// call, by level, message and error.
+func (s *server) logged() map[string]int {
+	out := map[string]int{}
+	b, err := os.ReadFile(s.log)
+	if err != nil || len(b) <= s.read {
+		return out
+	}
+	b = b[s.read:]
+	b = b[:bytes.LastIndexByte(b, '\n')+1] // whole lines only
+	s.read += len(b)
+	for _, ln := range bytes.Split(b, []byte("\n")) {
+		var rec struct{ Level, Msg, Err string }
+		if json.Unmarshal(ln, &rec) != nil || (rec.Level != "WARN" && rec.Level != "ERROR") {
+			continue
+		}
+		k := rec.Level + " " + rec.Msg
+		if rec.Err != "" {
+			k += ": " + clip(rec.Err, 400)
+		}
+		out[k]++
+	}
+	return out
+}
+
+// measure is one line against this sandboxd, with what it logged
+// meanwhile.
+func (s *server) measure(scenario, load string, l line, fn call) row {
+	s.logged() // what came before is not this line's
+	r := measure(scenario, load, l, fn)
+	r.logged = s.logged()
+	for _, e := range topErrors(r.logged, 3) {
+		fmt.Fprintf(os.Stderr, "  sandboxd logged %s\n", e)
+	}
+	return r
 }
 
 var (
