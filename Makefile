@@ -13,6 +13,7 @@
 #   make clean    remove bin/
 #
 # Variables: GO, IMAGE, BASE (for `make docker`), DOCKER_IMAGE, ADDR, KEYS_FILE,
+# BENCH_FLAGS (for `make bench`),
 # FORCE=1 (rebuild the sandbox image even if its recipe is unchanged),
 # GVISOR_PLATFORM (ptrace or kvm, for `make gvisor`), DOCKER_DAEMON_JSON.
 
@@ -140,10 +141,13 @@ fmt-check:
 soak: image build
 	SANDBOXD_CELLS_SOAK=10000 $(GO) test -count=1 -timeout 60m -run 'TestManyRunsThenShutdown' -v ./tests/cells/
 
-# Latency and throughput side by side with docker run --rm and host python3;
-# writes bench/RESULTS.md. Minutes long: not part of make test.
+# Latency and throughput of cell mode beside container mode, docker run --rm
+# and host python3; writes bench/RESULTS.md. About 15-20 minutes on 2 cores:
+# not part of make test. BENCH_FLAGS selects and shortens, e.g.
+# BENCH_FLAGS='-only cells,warm -duration 20s' (`go run ./bench -h` lists them).
 # The pandas workload's floor runs on the host, so the host needs Debian's
 # pandas too (the same build the data image has).
+BENCH_FLAGS ?=
 bench: image build
 	@/usr/bin/python3 -c 'import pandas' 2>/dev/null || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends python3-pandas; }
 	$(GO) run ./bench -data -out bench/RESULTS.md $(BENCH_FLAGS)

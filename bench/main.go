@@ -2,407 +2,246 @@
 // with the alternatives, on the same engine in one run, and writes the table
 // to bench/RESULTS.md (`make bench`).
 //
-// Scenarios: `docker run --rm IMAGE python3 -c CODE`; sandboxd with the
-// warm pool off (cold); sandboxd with the pool on (warm); python3 on the
-// host as the floor. Each at concurrency 1 (median, p95, p99) and, for the
-// sandboxd ones, throughput with p99 at higher concurrency.
+// Scenarios, for print(1) and (with -data) a pandas script:
+//   - python3 on the host, as the floor;
+//   - `docker run --rm IMAGE python3 -c CODE`;
+//   - sandboxd in container mode (isolation: container, one engine
+//     container per exec) with the warm pool off (cold) and on (warm);
+//   - sandboxd in cell mode (isolation: cell, a fresh cell per exec in a
+//     long-lived per-tenant cell host), as the shipped profiles say.
+//
+// Each at concurrency 1 (a count of runs, the warm ones paced as an agent's
+// calls are) and, for the warm sandboxd modes, throughput at a higher
+// concurrency for a fixed time, with clients that wait out each 429 as its
+// Retry-After says. The strict profile (runsc) is measured in container
+// mode; whether cells can be built under this runsc is probed and reported.
+// Container mode runs against a copy of the profiles dir in which every
+// `isolation: cell` says `isolation: container`.
 package main
 
 import (
-	"bytes"
-	"context"
-	"crypto/rand"
-	"crypto/sha256"
-	"encoding/hex"
-	"encoding/json"
 	"flag"
 	"fmt"
-	"io"
-	"net"
-	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
-	"runtime"
 	"slices"
 	"strings"
-	"sync"
-	"sync/atomic"
-	"syscall"
 	"time"
 )
 
+// workload is one piece of code run in every scenario.
 type workload struct {
 	name    string
 	code    string
+	want    string // its stdout, trimmed
 	image   string
 	profile string
 	// pace spaces single warm requests (untimed), as an agent's calls are
-	// spaced by model turns; it must let the pool start the next sandbox,
-	// which for a profile with a heavy preload takes over a second here.
+	// spaced by model turns; it must let the pool start the next sandbox
+	// (or a cell host build its next cell), which for a profile with a
+	// heavy preload takes over a second here.
 	pace time.Duration
+	// conc is the concurrency of its throughput lines.
+	conc int
+}
+
+// Scenario names, as the table shows them.
+const (
+	scFloor     = "python3 on the host (floor)"
+	scDocker    = "docker run --rm"
+	scCold      = "sandboxd container, cold (pool off)"
+	scWarm      = "sandboxd container, warm (pool on)"
+	scCells     = "sandboxd cells"
+	scRunc      = "docker run --rm --runtime runc"
+	scRunsc     = "docker run --rm --runtime runsc"
+	scStrict    = "sandboxd container (runsc), warm (pool on)"
+	scStrictSel = "sandboxd cells (runsc)"
+	loadStrict  = "strict print(1)"
+)
+
+// parts are the groups of lines -only selects from.
+var parts = []string{"floor", "docker", "cold", "warm", "cells", "strict"}
+
+type config struct {
+	runs      int
+	lineMax   time.Duration
+	duration  time.Duration
+	warmup    time.Duration
+	settle    time.Duration
+	poolSize  int
+	startRuns int
+	keep      bool
+	only      map[string]bool
 }
 
 func main() {
-	runs := flag.Int("runs", 200, "runs per scenario and concurrency")
+	var c config
+	flag.IntVar(&c.runs, "runs", 100, "most runs per concurrency-1 line")
+	flag.DurationVar(&c.lineMax, "line-max", time.Minute, "longest a concurrency-1 line runs; it ends there even short of -runs")
+	flag.DurationVar(&c.duration, "duration", time.Minute, "length of each throughput line")
+	flag.DurationVar(&c.warmup, "warmup", 5*time.Second, "untimed load at a throughput line's concurrency before it, so that pools and cell hosts are up")
+	flag.DurationVar(&c.settle, "settle", 20*time.Second, "longest wait before each line for the machine to go quiet (under 15% busy); 0: no wait")
+	flag.IntVar(&c.poolSize, "pool-size", 4, "warm pool size for container mode's warm lines")
+	flag.IntVar(&c.startRuns, "start-runs", 10, "runs of each docker run --runtime line (runc against runsc start) of the strict part")
+	flag.BoolVar(&c.keep, "keep", false, "keep the temporary dir: sandboxd's logs (sandboxd-MODE.log), data dirs and the container-mode profiles")
 	out := flag.String("out", "bench/RESULTS.md", "where to write the results table")
-	concs := flag.String("concurrency", "4,16", "concurrency levels for the throughput runs")
-	poolSize := flag.Int("pool-size", 4, "warm pool size for the warm scenario")
+	only := flag.String("only", strings.Join(parts, ","), "comma-separated parts to run: "+strings.Join(parts, ", "))
+	printConc := flag.Int("concurrency", 16, "concurrency of print(1)'s and strict's throughput lines")
+	dataConc := flag.Int("data-concurrency", 4, "concurrency of the pandas script's throughput lines")
 	pace := flag.Duration("pace", time.Second, "untimed pause before each single warm print(1) request, as an agent's model turn between tool calls")
 	data := flag.Bool("data", false, "also run the pandas workload (needs sandboxd/python-data:3.11 and the data profile)")
 	flag.Parse()
+	c.only = map[string]bool{}
+	for _, p := range strings.Split(*only, ",") {
+		p = strings.TrimSpace(p)
+		if !slices.Contains(parts, p) {
+			fail(fmt.Errorf("-only: unknown part %q; the parts are %s", p, strings.Join(parts, ", ")))
+		}
+		c.only[p] = true
+	}
 
+	loads := []workload{{name: "print(1)", code: "print(1)", want: "1", image: "sandboxd/python:3.11", profile: "default", pace: *pace, conc: *printConc}}
+	if *data {
+		loads = append(loads, workload{name: "pandas script", code: "import pandas as pd\nprint(pd.DataFrame({'a': [1, 2, 3]})['a'].sum())", want: "6",
+			image: "sandboxd/python-data:3.11", profile: "data", pace: 2 * time.Second, conc: *dataConc})
+	}
+	rows, probes := runAll(&c, loads)
+	order := []string{}
+	for _, w := range loads {
+		order = append(order, w.name)
+	}
+	order = append(order, loadStrict)
+	sortRows(rows, order)
+	check(os.WriteFile(*out, []byte(report(rows, probes, &c, loads)), 0o644))
+	fmt.Fprintf(os.Stderr, "wrote %s\n", *out)
+}
+
+// runAll runs the selected parts: the lines without sandboxd first, then
+// one sandboxd per mode, then the strict part's engine lines and probes.
+func runAll(c *config, loads []workload) ([]row, *strictProbes) {
 	root, err := os.Getwd()
 	check(err)
 	tmp, err := os.MkdirTemp("", "sandboxd-bench-")
 	check(err)
-	defer os.RemoveAll(tmp)
-	bin := filepath.Join(tmp, "sandboxd")
-	run("go", "build", "-o", bin, "./cmd/sandboxd")
-
-	loads := []workload{{name: "print(1)", code: "print(1)", image: "sandboxd/python:3.11", profile: "default", pace: *pace}}
-	if *data {
-		loads = append(loads, workload{name: "pandas script", code: "import pandas as pd\nprint(pd.DataFrame({'a': [1, 2, 3]})['a'].sum())",
-			image: "sandboxd/python-data:3.11", profile: "data", pace: 2 * time.Second})
+	if c.keep {
+		defer fmt.Fprintf(os.Stderr, "kept %s (sandboxd's logs, data dirs and profiles)\n", tmp)
+	} else {
+		defer os.RemoveAll(tmp)
 	}
-	var levels []int
-	for _, f := range strings.Split(*concs, ",") {
-		var n int
-		if _, err := fmt.Sscan(f, &n); err == nil && n > 0 {
-			levels = append(levels, n)
+	shipped := filepath.Join(root, "profiles")
+	for _, w := range loads {
+		if c.only["cells"] && isolationOf(shipped, w.profile) != "cell" {
+			fail(fmt.Errorf("profiles/exec/%s.yaml does not say isolation: cell, so the cells lines would not measure cells", w.profile))
 		}
 	}
-
 	var rows []row
 	for _, w := range loads {
-		fmt.Fprintf(os.Stderr, "== %s\n", w.name)
-		rows = append(rows, measure("python3 on the host (floor)", w.name, 1, *runs, 0, hostPython(w.code)))
-		rows = append(rows, measure("docker run --rm", w.name, 1, *runs, 0, dockerRun(w.image, w.code)))
-		for _, mode := range []struct {
-			name string
-			pool int
-		}{{"sandboxd cold (pool off)", 0}, {"sandboxd warm (pool on)", *poolSize}} {
-			srv := startServer(bin, root, tmp, mode.pool)
+		if c.only["floor"] {
+			rows = append(rows, c.single(scFloor, w.name, c.runs, measure, hostPython(w)))
+		}
+		if c.only["docker"] {
+			rows = append(rows, c.single(scDocker, w.name, c.runs, measure, dockerRun("", w)))
+		}
+	}
+	if c.only["cold"] || c.only["warm"] || c.only["strict"] || c.only["cells"] {
+		bin := filepath.Join(tmp, "sandboxd")
+		run("go", "build", "-o", bin, "./cmd/sandboxd")
+		containers := filepath.Join(tmp, "profiles-container")
+		check(containerProfiles(shipped, containers))
+		rows = append(rows, c.sandboxdLines(bin, shipped, containers, tmp, loads)...)
+	}
+	if !c.only["strict"] {
+		return rows, nil
+	}
+	w := workload{name: loadStrict, code: "print(1)", want: "1", image: "sandboxd/python:3.11"}
+	rows = append(rows, c.single(scRunc, w.name, c.startRuns, measure, dockerRun("runc", w)),
+		c.single(scRunsc, w.name, c.startRuns, measure, dockerRun("runsc", w)))
+	probes := probeStrict(w.image)
+	return append(rows, row{scenario: scStrictSel, load: loadStrict, conc: loads[0].conc, note: probes.cellsVerdict()}), probes
+}
+
+// sandboxdLines are the lines of each sandboxd mode, one server each:
+// container mode cold and warm (with strict), then cells.
+func (c *config) sandboxdLines(bin, shipped, containers, tmp string, loads []workload) []row {
+	var rows []row
+	if c.only["cold"] {
+		srv := startServer(bin, containers, tmp, "cold", 0)
+		for _, w := range loads {
 			fn := srv.exec(w)
-			for i := 0; i < 5; i++ { // let the pool fill, warm the caches
-				_, _ = fn()
-				time.Sleep(300 * time.Millisecond)
-			}
-			pace := time.Duration(0)
-			if mode.pool > 0 {
-				pace = w.pace
-			}
-			rows = append(rows, measure(mode.name, w.name, 1, *runs, pace, fn))
-			for _, c := range levels {
-				rows = append(rows, measure(mode.name, w.name, c, *runs, 0, fn))
-			}
-			srv.stop()
+			warmUp(fn, 3)
+			rows = append(rows, c.single(scCold, w.name, c.runs, srv.measure, fn))
 		}
+		srv.stop()
 	}
-	check(os.WriteFile(*out, []byte(report(rows, *runs, *poolSize, loads)), 0o644))
-	fmt.Fprintf(os.Stderr, "wrote %s\n", *out)
-}
-
-type row struct {
-	scenario, load          string
-	conc, ok, errs          int
-	median, p95, p99, total time.Duration
-	// cpuPerRun is the machine's busy CPU time during the line divided by
-	// its runs: all of it, sandboxd's, the engine's, the code's.
-	cpuPerRun time.Duration
-	// phases are the medians of sandboxd's Server-Timing phases.
-	phases map[string]float64
-	warm   int // runs that got a warm sandbox
-}
-
-// timed is one call: its Server-Timing header, if any, or an error.
-type timed func() (string, error)
-
-// measure runs fn n times at concurrency c, each worker waiting pace
-// (untimed) before each call.
-func measure(scenario, load string, c, n int, pace time.Duration, fn timed) row {
-	var (
-		mu     sync.Mutex
-		lats   []time.Duration
-		errs   int
-		next   atomic.Int64
-		wg     sync.WaitGroup
-		first  error
-		phases = map[string][]float64{}
-		warm   int
-	)
-	busy0 := busyCPU()
-	start := time.Now()
-	for i := 0; i < c; i++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for next.Add(1) <= int64(n) {
-				time.Sleep(pace)
-				t := time.Now()
-				st, err := fn()
-				d := time.Since(t)
-				mu.Lock()
-				for name, v := range parseTiming(st) {
-					phases[name] = append(phases[name], v)
-				}
-				if strings.Contains(st, `sandbox;desc="warm"`) {
-					warm++
-				}
-				if err != nil {
-					errs++
-					if first == nil {
-						first = err
-					}
-				} else {
-					lats = append(lats, d)
-				}
-				mu.Unlock()
-			}
-		}()
-	}
-	wg.Wait()
-	r := row{scenario: scenario, load: load, conc: c, ok: len(lats), errs: errs, total: time.Since(start) - time.Duration(n/c)*pace,
-		cpuPerRun: (busyCPU() - busy0) / time.Duration(max(n, 1)), phases: map[string]float64{}, warm: warm}
-	for name, vs := range phases {
-		slices.Sort(vs)
-		r.phases[name] = vs[(len(vs)-1)/2]
-	}
-	slices.Sort(lats)
-	if len(lats) > 0 {
-		r.median, r.p95, r.p99 = pct(lats, 50), pct(lats, 95), pct(lats, 99)
-	}
-	fmt.Fprintf(os.Stderr, "%-28s c=%-2d ok=%d errors=%d median=%v p99=%v\n", scenario, c, r.ok, errs, r.median.Round(time.Millisecond/10), r.p99.Round(time.Millisecond))
-	if first != nil {
-		fmt.Fprintf(os.Stderr, "  first error: %v\n", first)
-	}
-	return r
-}
-
-func pct(sorted []time.Duration, p int) time.Duration {
-	i := (len(sorted)*p + 99) / 100
-	return sorted[min(max(i-1, 0), len(sorted)-1)]
-}
-
-func hostPython(code string) timed {
-	return func() (string, error) {
-		out, err := exec.Command("/usr/bin/python3", "-c", code).Output()
-		if err != nil {
-			return "", fmt.Errorf("host python3: %w", err)
-		}
-		if len(out) == 0 {
-			return "", fmt.Errorf("host python3 printed nothing")
-		}
-		return "", nil
-	}
-}
-
-func dockerRun(image, code string) timed {
-	return func() (string, error) {
-		out, err := exec.Command("docker", "run", "--rm", "--network", "none", image, "python3", "-c", code).Output()
-		if err != nil {
-			return "", fmt.Errorf("docker run: %w", err)
-		}
-		if len(out) == 0 {
-			return "", fmt.Errorf("docker run printed nothing")
-		}
-		return "", nil
-	}
-}
-
-// parseTiming reads a Server-Timing header into phase durations (ms).
-func parseTiming(h string) map[string]float64 {
-	out := map[string]float64{}
-	for _, m := range strings.Split(h, ",") {
-		fields := strings.Split(strings.TrimSpace(m), ";")
-		for _, f := range fields[1:] {
-			if v, ok := strings.CutPrefix(f, "dur="); ok {
-				var d float64
-				if _, err := fmt.Sscan(v, &d); err == nil {
-					out[fields[0]] = d
-				}
+	if c.only["warm"] || c.only["strict"] {
+		srv := startServer(bin, containers, tmp, "warm", c.poolSize)
+		if c.only["warm"] {
+			for _, w := range loads {
+				rows = append(rows, c.modeLines(srv, scWarm, w)...)
 			}
 		}
+		if c.only["strict"] {
+			w := workload{name: loadStrict, code: "print(1)", want: "1", image: "sandboxd/python:3.11", profile: "strict", conc: loads[0].conc}
+			rows = append(rows, c.throughput(srv, scStrict, w))
+		}
+		srv.stop()
 	}
-	return out
+	if c.only["cells"] {
+		srv := startServer(bin, shipped, tmp, "cells", 0)
+		for _, w := range loads {
+			rows = append(rows, c.modeLines(srv, scCells, w)...)
+		}
+		srv.stop()
+	}
+	return rows
 }
 
-// busyCPU is the machine's non-idle CPU time so far, from /proc/stat.
-func busyCPU() time.Duration {
-	b, err := os.ReadFile("/proc/stat")
-	if err != nil {
-		return 0
-	}
-	var busy int64
-	for i, f := range strings.Fields(strings.SplitN(string(b), "\n", 2)[0])[1:] {
-		var v int64
-		fmt.Sscan(f, &v)
-		if i != 3 && i != 4 { // idle, iowait
-			busy += v
-		}
-	}
-	return time.Duration(busy) * 10 * time.Millisecond // USER_HZ is 100
+// measurer runs one line: measure, or a server's.
+type measurer func(scenario, load string, l line, fn call) row
+
+// single is a concurrency-1 line of at most runs calls, after the machine
+// settled.
+func (c *config) single(scenario, load string, runs int, m measurer, fn call) row {
+	settle(c.settle)
+	return m(scenario, load, line{conc: 1, runs: runs, dur: c.lineMax}, fn)
 }
 
-type server struct {
-	cmd  *exec.Cmd
-	url  string
-	key  string
-	log  *bytes.Buffer
-	pool int
+// modeLines are a warm sandboxd mode's lines for one workload: single
+// paced requests, then throughput.
+func (c *config) modeLines(srv *server, scenario string, w workload) []row {
+	fn := srv.exec(w)
+	warmUp(fn, 5)
+	settle(c.settle)
+	single := srv.measure(scenario, w.name, line{conc: 1, runs: c.runs, dur: c.lineMax, pace: w.pace}, fn)
+	return []row{single, c.throughput(srv, scenario, w)}
 }
 
-func startServer(bin, root, tmp string, pool int) *server {
-	var k [24]byte
-	_, _ = rand.Read(k[:])
-	key := "sbxbench_" + hex.EncodeToString(k[:])
-	sum := sha256.Sum256([]byte(key))
-	keys := filepath.Join(tmp, fmt.Sprintf("keys-%d.yaml", pool))
-	check(os.WriteFile(keys, []byte(fmt.Sprintf("keys:\n  - id: bench\n    tenant: bench\n    key_sha256: %x\n    roles: [agent]\n", sum)), 0o600))
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	check(err)
-	addr := ln.Addr().String()
-	ln.Close()
-	s := &server{url: "http://" + addr, key: key, log: &bytes.Buffer{}, pool: pool}
-	s.cmd = exec.Command(bin, "serve", "--addr", addr, "--data-dir", filepath.Join(tmp, fmt.Sprintf("data-%d", pool)),
-		"--profiles-dir", filepath.Join(root, "profiles"), "--keys-file", keys,
-		"--pool-size", fmt.Sprint(pool), "--max-runs", "16", "--queue", "64", "--log-level", "warn")
-	s.cmd.Stderr = s.log
-	check(s.cmd.Start())
-	for i := 0; ; i++ {
-		resp, err := http.Get(s.url + "/readyz")
-		if err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == 200 {
-				break
-			}
-		}
-		if i > 300 {
-			fmt.Fprintf(os.Stderr, "sandboxd did not become ready:\n%s\n", s.log)
-			os.Exit(1)
-		}
-		time.Sleep(100 * time.Millisecond)
+// throughput is one throughput line, after an untimed warm-up at its
+// concurrency.
+func (c *config) throughput(srv *server, scenario string, w workload) row {
+	fn := srv.exec(w)
+	if c.warmup > 0 {
+		srv.measure("(warm-up) "+scenario, w.name, line{conc: w.conc, dur: c.warmup}, fn)
 	}
-	return s
+	settle(c.settle)
+	return srv.measure(scenario, w.name, line{conc: w.conc, dur: c.duration, window: true}, fn)
 }
 
-var client = &http.Client{Timeout: 60 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: 64}}
-
-func (s *server) exec(w workload) timed {
-	body, _ := json.Marshal(map[string]any{"language": "python", "code": w.code, "profile": w.profile})
-	return func() (string, error) {
-		req, _ := http.NewRequestWithContext(context.Background(), http.MethodPost, s.url+"/exec", bytes.NewReader(body))
-		req.Header.Set("Authorization", "Bearer "+s.key)
-		req.Header.Set("Content-Type", "application/json")
-		resp, err := client.Do(req)
-		if err != nil {
-			return "", err
-		}
-		defer resp.Body.Close()
-		b, _ := io.ReadAll(resp.Body)
-		st := resp.Header.Get("Server-Timing")
-		if resp.StatusCode != 200 {
-			return st, fmt.Errorf("HTTP %d: %s", resp.StatusCode, b)
-		}
-		var r struct{ Status, Stdout string }
-		if err := json.Unmarshal(b, &r); err != nil || r.Status != "ok" {
-			return st, fmt.Errorf("run: %s", b)
-		}
-		return st, nil
+// warmUp makes n spaced calls, to let a pool fill and warm the caches.
+func warmUp(fn call, n int) {
+	for i := 0; i < n; i++ {
+		_ = fn()
+		time.Sleep(300 * time.Millisecond)
 	}
 }
 
-func (s *server) stop() {
-	_ = s.cmd.Process.Signal(syscall.SIGTERM)
-	_ = s.cmd.Wait()
-}
-
-func report(rows []row, runs, pool int, loads []workload) string {
-	var b strings.Builder
-	host, _ := os.Hostname()
-	kernel, _ := exec.Command("uname", "-r").Output()
-	engine, _ := exec.Command("docker", "info", "--format", "{{.ServerVersion}}, storage driver {{.Driver}}, cgroup v{{.CgroupVersion}}").Output()
-	var paces []string
-	for _, w := range loads {
-		paces = append(paces, fmt.Sprintf("%v for %s", w.pace, w.name))
-	}
-	fmt.Fprintf(&b, "# sandboxd benchmark results\n\n")
-	fmt.Fprintf(&b, "Written by `make bench` (`go run ./bench`) on %s: %d CPUs, %s, kernel %s, Docker Engine %s, host %s. "+
-		"%d runs per line; warm pool size %d. Latency is end to end over HTTP on loopback for sandboxd, and the whole command for the others. "+
-		"Single-request warm runs are spaced (%s, untimed), as an agent's calls are spaced by model turns, which lets the pool start the next sandbox; "+
-		"the throughput lines are back to back. CPU per run is the whole machine's busy CPU time during the line (sandboxd, the engine, containerd, shims, runc, the storage driver, the kernel and the code) divided by its runs: "+
-		"with 2 CPUs, 2 s divided by it bounds the sustained rate.\n\n",
-		time.Now().UTC().Format("2006-01-02"), runtime.NumCPU(), memTotal(), strings.TrimSpace(string(kernel)), strings.TrimSpace(string(engine)), host, runs, pool, strings.Join(paces, ", "))
-	fmt.Fprintf(&b, "| workload | scenario | concurrency | ok | errors | median | p95 | p99 | throughput (runs/s) | CPU per run |\n|---|---|---|---|---|---|---|---|---|---|\n")
-	for _, r := range rows {
-		tput := float64(r.ok) / r.total.Seconds()
-		fmt.Fprintf(&b, "| %s | %s | %d | %d | %d | %s | %s | %s | %.1f | %s |\n", r.load, r.scenario, r.conc, r.ok, r.errs, ms(r.median), ms(r.p95), ms(r.p99), tput, ms(r.cpuPerRun))
-	}
-	b.WriteString("\nRatios at concurrency 1 (median):\n\n")
-	for _, load := range uniqueLoads(rows) {
-		floor, dockerRun, cold, warm := find(rows, load, "python3 on the host (floor)"), find(rows, load, "docker run --rm"), find(rows, load, "sandboxd cold (pool off)"), find(rows, load, "sandboxd warm (pool on)")
-		if floor.median > 0 && warm.median > 0 {
-			fmt.Fprintf(&b, "- %s: warm / host floor = %.2fx; docker run --rm / warm = %.1fx; cold / warm = %.1fx\n", load,
-				float64(warm.median)/float64(floor.median), float64(dockerRun.median)/float64(warm.median), float64(cold.median)/float64(warm.median))
+// sortRows orders rows by workload (in order), then concurrency, keeping
+// the order of scenarios within.
+func sortRows(rows []row, order []string) {
+	slices.SortStableFunc(rows, func(a, b row) int {
+		if d := slices.Index(order, a.load) - slices.Index(order, b.load); d != 0 {
+			return d
 		}
-	}
-	b.WriteString("\nWhere sandboxd's time goes at concurrency 1: the median of each phase of the answers' Server-Timing header, in ms " +
-		"(queue: waiting for a run slot; sandbox: taking a warm sandbox or creating and starting a cold one; exchange: handing the job over and reading the report through the engine's attach stream; run: the code, as the launcher measured it; capture and audit: the forensic records written before the answer).\n\n")
-	names := []string{"queue", "sandbox", "exchange", "run", "capture", "audit", "total"}
-	b.WriteString("| workload | scenario | warm runs | " + strings.Join(names, " | ") + " |\n|---|---|---|" + strings.Repeat("---|", len(names)) + "\n")
-	for _, r := range rows {
-		if r.conc != 1 || len(r.phases) == 0 {
-			continue
-		}
-		fmt.Fprintf(&b, "| %s | %s | %d of %d |", r.load, r.scenario, r.warm, r.ok)
-		for _, n := range names {
-			fmt.Fprintf(&b, " %.2f |", r.phases[n])
-		}
-		b.WriteString("\n")
-	}
-	return b.String()
-}
-
-func uniqueLoads(rows []row) []string {
-	var out []string
-	for _, r := range rows {
-		if !slices.Contains(out, r.load) {
-			out = append(out, r.load)
-		}
-	}
-	return out
-}
-
-func find(rows []row, load, scenario string) row {
-	for _, r := range rows {
-		if r.load == load && r.scenario == scenario && r.conc == 1 {
-			return r
-		}
-	}
-	return row{}
-}
-
-func ms(d time.Duration) string { return fmt.Sprintf("%.1f ms", float64(d.Microseconds())/1000) }
-
-func memTotal() string {
-	b, err := os.ReadFile("/proc/meminfo")
-	if err != nil {
-		return "unknown memory"
-	}
-	var kb int64
-	fmt.Sscanf(strings.TrimPrefix(strings.SplitN(string(b), "\n", 2)[0], "MemTotal:"), "%d", &kb)
-	return fmt.Sprintf("%.0f GiB", float64(kb)/(1<<20))
-}
-
-func run(name string, args ...string) {
-	cmd := exec.Command(name, args...)
-	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
-	check(cmd.Run())
-}
-
-func check(err error) {
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "bench:", err)
-		os.Exit(1)
-	}
+		return a.conc - b.conc
+	})
 }

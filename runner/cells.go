@@ -496,9 +496,9 @@ func (c *cells) release(h *cellHost, keep bool) {
 		err := h.awaitReady()
 		c.mu.Lock()
 		delete(c.settling, h)
-		if err != nil || c.closed || c.expiredLocked(h, time.Now()) {
+		if closed := c.closed; err != nil || closed || c.expiredLocked(h, time.Now()) {
 			c.mu.Unlock()
-			if err != nil {
+			if err != nil && !closed {
 				c.r.log.Warn("a cell host could not build its next cell; replacing it", "container", h.id[:12], "err", err)
 			}
 			c.remove(h)

@@ -15,6 +15,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
@@ -56,10 +57,18 @@ func runCellHost(pre []string, out *frameWriter) jobproto.Exit {
 	out.setKey(os.Stdout, h.init.Key)
 	for {
 		c, err := h.build()
+		if err == nil && !c.in.waitReady() {
+			// The interpreter ended before its preload was done: the cell
+			// could not be built (bubblewrap says why) or Python failed.
+			c.discard()
+			err = fmt.Errorf("the cell's interpreter ended before it was ready: %s", strings.TrimSpace(c.in.earlyStderr()))
+		}
 		if err != nil {
 			_ = out.json(jobproto.TypeNotice, jobproto.Notice{Message: "building a cell failed: " + err.Error()})
 			return jobproto.Exit{ExitCode: -1, Error: err.Error()}
 		}
+		// Ready: the cell is built and its interpreter has imported the
+		// preload.
 		if err := out.json(jobproto.TypeReady, jobproto.Ready{}); err != nil {
 			return jobproto.Exit{ExitCode: -1, Error: err.Error()}
 		}

@@ -59,6 +59,21 @@ type interp struct {
 	// sink, when set (session mode), receives every chunk of output
 	// instead of the job's forwarding, and nil at the end of a stream.
 	sink atomic.Pointer[func(typ byte, p []byte)]
+	// early keeps the start of stderr before the handover, for a report
+	// of a cell that failed to build (bubblewrap's own message).
+	earlyMu sync.Mutex
+	early   []byte
+}
+
+// earlyLimit bounds early.
+const earlyLimit = 2 << 10
+
+// earlyStderr is what the interpreter (or bubblewrap) wrote to stderr
+// before the handover, at most earlyLimit bytes.
+func (in *interp) earlyStderr() string {
+	in.earlyMu.Lock()
+	defer in.earlyMu.Unlock()
+	return string(in.early)
 }
 
 func startInterp(preload []string, out *frameWriter) (*interp, error) {
@@ -150,6 +165,11 @@ func (in *interp) pump(r *os.File, typ byte) bool {
 			}
 			continue
 		}
+		if n > 0 && typ == jobproto.TypeStderr && !in.forward.Load() {
+			in.earlyMu.Lock()
+			in.early = append(in.early, buf[:min(n, earlyLimit-len(in.early))]...)
+			in.earlyMu.Unlock()
+		}
 		if n > 0 && in.forward.Load() && !broken {
 			chunk := buf[:n]
 			if room := outputLimit.Load() - sent; int64(len(chunk)) > room {
@@ -171,8 +191,9 @@ func (in *interp) pump(r *os.File, typ byte) bool {
 
 // waitReady waits until the interpreter has imported its preload modules
 // (or died). sandboxd's start-up clock bounds the wait from outside.
-func (in *interp) waitReady() {
+func (in *interp) waitReady() bool {
 	var b [1]byte
-	_, _ = in.readyR.Read(b[:])
+	n, _ := in.readyR.Read(b[:])
 	in.readyR.Close()
+	return n == 1
 }

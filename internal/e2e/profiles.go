@@ -1,42 +1,35 @@
 package e2e
 
 import (
-	"io/fs"
+	"fmt"
 	"os"
 	"path/filepath"
 	"regexp"
 )
 
 // isolationLine is an exec profile's isolation setting.
-var isolationLine = regexp.MustCompile(`(?m)^isolation:\s*\S+\s*$`)
+var isolationLine = regexp.MustCompile(`(?m)^isolation:[ \t]*\S+[ \t]*$`)
 
 // ContainerProfiles copies the profiles tree src into dir with every exec
-// profile's isolation set to container: for a suite that inspects the
-// engine container of each run (the shipped default and data profiles
-// run in cells).
+// profile's isolation set to container: for a suite (or the benchmark)
+// that wants an engine container per run (the shipped default and data
+// profiles run in cells).
 func ContainerProfiles(src, dir string) error {
-	return filepath.WalkDir(src, func(path string, d fs.DirEntry, err error) error {
+	if err := os.CopyFS(dir, os.DirFS(src)); err != nil {
+		return fmt.Errorf("copying the profiles dir for container mode: %w", err)
+	}
+	files, err := filepath.Glob(filepath.Join(dir, "exec", "*.yaml"))
+	if err != nil || len(files) == 0 {
+		return fmt.Errorf("no exec profiles in %s", filepath.Join(src, "exec"))
+	}
+	for _, f := range files {
+		b, err := os.ReadFile(f)
 		if err != nil {
 			return err
 		}
-		rel, err := filepath.Rel(src, path)
-		if err != nil {
+		if err := os.WriteFile(f, isolationLine.ReplaceAll(b, []byte("isolation: container")), 0o644); err != nil {
 			return err
 		}
-		dst := filepath.Join(dir, rel)
-		if d.IsDir() {
-			return os.MkdirAll(dst, 0o755)
-		}
-		if !d.Type().IsRegular() {
-			return nil
-		}
-		b, err := os.ReadFile(path)
-		if err != nil {
-			return err
-		}
-		if filepath.Base(filepath.Dir(path)) == "exec" && filepath.Ext(path) == ".yaml" && isolationLine.Match(b) {
-			b = isolationLine.ReplaceAll(b, []byte("isolation: container"))
-		}
-		return os.WriteFile(dst, b, 0o644)
-	})
+	}
+	return nil
 }
