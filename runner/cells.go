@@ -24,6 +24,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/docker/docker/api/types"
@@ -95,6 +96,9 @@ type cellHost struct {
 	runs      int64
 	born      time.Time
 	idleSince time.Time
+	// dead is set when the launcher's stream ended: the container is gone
+	// or going.
+	dead atomic.Bool
 }
 
 // cells is the runner's pool of cell hosts.
@@ -306,6 +310,10 @@ func (c *cells) acquire(ctx context.Context, spec *Spec, imageID string) (h *cel
 			h := hs[len(hs)-1]
 			c.idle[key] = hs[:len(hs)-1]
 			c.mu.Unlock()
+			if h.dead.Load() {
+				c.remove(h) // it died while it waited
+				continue
+			}
 			return h, false, nil
 		}
 		if c.perGrp[key.group()] < limit && c.total < c.most {
@@ -420,6 +428,7 @@ func (c *cells) start(ctx context.Context, spec *Spec, imageID string, key cellK
 	h.frames = pr
 	go func() {
 		_, err := stdcopy.StdCopy(pw, h.diag, h.hj.Reader)
+		h.dead.Store(true)
 		pw.CloseWithError(err)
 	}()
 	uid, gid, _ := splitUser(spec.Profile.User)
@@ -653,6 +662,15 @@ func (r *Runner) runInHost(ctx context.Context, h *cellHost, spec *Spec, imageID
 		r.kill(h.id)
 		h.hj.Close()
 		w.readErr = <-readDone
+	}
+	select {
+	case <-col.started:
+	default:
+		if w.stopped == "" && !col.exited {
+			// The host ended before it started the code: the code never
+			// ran, another host may run it.
+			return nil, false, errStaleBox
+		}
 	}
 	res, err = r.outcome(ctx, h.id, spec, col, w, imageID, h.diag, true)
 	keep = err == nil && w.stopped == "" && col.exited && res.Status != StatusOOM && res.Status != StatusTimeout && res.Status != StatusKilled
