@@ -170,8 +170,10 @@ func startServer(tmp string, withNoRole bool) (*e2e.Server, *logbuf.Buffer, erro
 	// This suite inspects the engine container of each run: the shipped
 	// profiles, one container per run (tests/cells is about cells).
 	profilesDir := filepath.Join(tmp, "profiles")
-	if err := e2e.ContainerProfiles(filepath.Join(moduleRoot, "profiles"), profilesDir); err != nil {
-		return nil, log, err
+	if _, err := os.Stat(profilesDir); err != nil {
+		if err := e2e.ContainerProfiles(filepath.Join(moduleRoot, "profiles"), profilesDir); err != nil {
+			return nil, log, err
+		}
 	}
 	s, err := e2e.Start(e2e.ServerConfig{
 		Bin: sandboxdBin, DataDir: filepath.Join(tmp, "data"), ProfilesDir: profilesDir,

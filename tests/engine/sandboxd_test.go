@@ -30,7 +30,8 @@ type sandboxd struct {
 	api e2e.Client
 }
 
-// startSandboxd starts sandboxd with the module's profiles, a keys file
+// startSandboxd starts sandboxd with the module's profiles (a container
+// per run), a keys file
 // with one agent key and the warm pool on, against the engine at
 // dockerHost, with its data under dir, and waits for /healthz. Its
 // clean-up stops it.
@@ -41,11 +42,17 @@ func startSandboxd(t *testing.T, bin, root, dir, dockerHost string, poolSize int
 	if err := e2e.WriteKeys(keys, e2e.Key{ID: "engine-test", Tenant: "engine-test", Roles: []string{"agent"}, Secret: key}); err != nil {
 		t.Fatal(err)
 	}
+	// The warm pool is the subject: the shipped profiles with a container
+	// per run (the default profile's isolation is cell).
+	profilesDir := filepath.Join(dir, "profiles")
+	if err := e2e.ContainerProfiles(filepath.Join(root, "profiles"), profilesDir); err != nil {
+		t.Fatal(err)
+	}
 	log := &logbuf.Buffer{}
 	srv, err := e2e.Start(e2e.ServerConfig{
 		Bin:         bin,
 		DataDir:     filepath.Join(dir, "data"),
-		ProfilesDir: filepath.Join(root, "profiles"),
+		ProfilesDir: profilesDir,
 		KeysFile:    keys,
 		Flags: []string{
 			"--pool-size", fmt.Sprint(poolSize),
