@@ -230,14 +230,20 @@ func (p *procScan) scan() {
 		if err != nil || strings.TrimSpace(string(b)) != p.marker {
 			continue
 		}
-		if st, err := os.ReadFile("/proc/" + id + "/stat"); err == nil {
-			// Field 22, starttime, after the ")" that ends the name.
-			if i := bytes.LastIndexByte(st, ')'); i >= 0 {
-				if f := strings.Fields(string(st[i+1:])); len(f) > 19 {
-					id += "/" + f[19]
-				}
-			}
+		// Field 22 of stat, starttime, after the ")" that ends the name,
+		// tells one process from a later one with the same pid. A process
+		// whose stat cannot be read has just ended (it was counted while
+		// it ran).
+		st, err := os.ReadFile("/proc/" + id + "/stat")
+		i := bytes.LastIndexByte(st, ')')
+		if err != nil || i < 0 {
+			continue
 		}
+		f := strings.Fields(string(st[i+1:]))
+		if len(f) <= 19 {
+			continue
+		}
+		id += "/" + f[19]
 		p.mu.Lock()
 		if _, ok := p.pids[id]; !ok {
 			p.pids[id] = time.Now()
