@@ -111,11 +111,16 @@ lint: cgo-deps fmt-check
 # other's sandboxes (memory bombs timed out before reaching their limit,
 # containers took seconds to start), which made their bounds flaky.
 E2E_PKGS := ./tests/...
+# tests/ serves the profiles with a container per run; these of its tests
+# run again with the shipped ones (cells): the lockdown, limits and
+# interpreter tests.
+CELL_E2E_TESTS := ^(TestNoNetwork|TestReadOnlyRootAndNoexecTmp|TestOutputLinksAndSpecialFiles|TestIdentityAndPrivileges|TestPtraceAndUnshareRefused|TestNoHostEnvironment|TestSandboxCannotForgeItsResult|TestSandboxCannotSilenceTheLauncher|TestTimeout|TestOOM|TestForkBomb|TestPidsLimit|TestLoweredLimits|TestRaisedLimitsRefused|TestWaiting.*|TestDataProfilePreloads|TestColdPreloadIsNotOnTheJobClock|TestHelloWorld|TestStdinEcho|TestFilesInAndOut|TestNonZeroExit|TestNonUTF8Output|TestOutputTruncation|TestConcurrentExecs|TestEnvPassedToCode)$$
 test: image build test-deps
 	$(GO) vet ./...
 	$(STATICCHECK) ./...
 	$(GO) test -race -count=1 -timeout 25m $$($(GO) list ./... | grep -v '/tests')
 	$(GO) test -race -count=1 -timeout 25m -p 1 $(E2E_PKGS)
+	SANDBOXD_TEST_ISOLATION=cell $(GO) test -race -count=1 -timeout 25m -run '$(CELL_E2E_TESTS)' ./tests/
 
 # What the tests need besides the build: headless Chromium (Debian's
 # package) for the review page's browser test (internal/reviewui/browser_test.go).
