@@ -14,7 +14,6 @@ import (
 	"strings"
 
 	"github.com/sandboxd/sandboxd/egress"
-	"github.com/sandboxd/sandboxd/redact"
 )
 
 // DefaultName is the exec profile used when a request names none. Every
@@ -222,45 +221,15 @@ func unwrapPath(err error) error {
 	return err
 }
 
-// execCanon has exactly the fields of Exec (the conversion in version does
-// not compile otherwise, so a new field cannot be left out of the version)
-// with JSON names fixed here, independent of any tags Exec may grow.
-type execCanon struct {
-	Name                 string        `json:"name"`
-	Description          string        `json:"description"`
-	Image                string        `json:"image"`
-	Runtime              string        `json:"runtime"`
-	User                 string        `json:"user"`
-	Seccomp              string        `json:"seccomp"`
-	Egress               string        `json:"egress"`
-	Isolation            string        `json:"isolation"`
-	Cell                 CellLimits    `json:"cell"`
-	Limits               Limits        `json:"limits"`
-	Files                FileLimits    `json:"files"`
-	MaxCodeBytes         int64         `json:"max_code_bytes"`
-	MaxStdinBytes        int64         `json:"max_stdin_bytes"`
-	Nofile               int64         `json:"nofile"`
-	FileSizeMB           int64         `json:"file_size_mb"`
-	ShmMB                int64         `json:"shm_mb"`
-	Preload              []string      `json:"preload,omitempty"`
-	Redact               []redact.Rule `json:"redact,omitempty"`
-	CaptureRetentionDays int64         `json:"capture_retention_days"`
-	SessionIdleTimeoutS  int64         `json:"session_idle_timeout_s"`
-	SessionMaxLifetimeS  int64         `json:"session_max_lifetime_s"`
-	Version              string        `json:"-"`
-	SeccompJSON          []byte        `json:"-"`
-	Source               string        `json:"-"`
-}
-
 // version is the sha256 (hex) of the profile's values after defaults,
 // marshalled as JSON, together with the sha256 of its seccomp file. YAML
 // comments, layout and key order do not change it; any value does.
 func version(e *Exec) string {
 	sc := sha256.Sum256(e.SeccompJSON)
 	canon := struct {
-		Profile       execCanon `json:"profile"`
-		SeccompSHA256 string    `json:"seccomp_sha256"`
-	}{execCanon(*e), hex.EncodeToString(sc[:])}
+		Profile       *Exec  `json:"profile"`
+		SeccompSHA256 string `json:"seccomp_sha256"`
+	}{e, hex.EncodeToString(sc[:])}
 	b, err := json.Marshal(canon)
 	if err != nil {
 		// Only strings, integers and finite floats (validate rejects

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/sandboxd/sandboxd/redact"
 	"go.yaml.in/yaml/v3"
 )
 
@@ -631,6 +632,23 @@ func TestVersion(t *testing.T) {
 		if set.Exec["default"].Version == base.Version {
 			t.Errorf("%s: version did not change", tc.name)
 		}
+	}
+}
+
+// The version is the hash of the profile's JSON encoding; audit records
+// carry it, so the encoding (field names included) must not change by
+// accident. Every field is set here.
+func TestVersionEncodingIsStable(t *testing.T) {
+	e := Exec{Name: "pin", Description: "pinned", Image: "img:1", Runtime: RuntimeRunc, User: "1000:1000", Seccomp: "default.json", Egress: "none",
+		Isolation: IsolationCell, Cell: CellLimits{MaxRuns: 19, MaxAgeS: 20, IdleS: 21, Hosts: 22},
+		Limits:       Limits{TimeoutMS: 1, MemoryMB: 2, CPUs: 0.5, Pids: 3, OutputBytes: 4, TmpfsMB: 5},
+		Files:        FileLimits{MaxInputBytes: 6, MaxInputCount: 7, MaxOutputFileBytes: 8, MaxOutputTotalBytes: 9, MaxOutputCount: 10},
+		MaxCodeBytes: 11, MaxStdinBytes: 12, Nofile: 13, FileSizeMB: 14, ShmMB: 15, Preload: []string{"json"},
+		Redact:               []redact.Rule{{Type: "ticket", Keywords: []string{"tkt-"}, Regex: `TKT-[0-9]{6}`}},
+		CaptureRetentionDays: 16, SessionIdleTimeoutS: 17, SessionMaxLifetimeS: 18,
+		SeccompJSON: []byte(minimalSeccomp), Version: "ignored", Source: "ignored"}
+	if got, want := version(&e), "62bbb047bdb30989914d60201563bfb5ccef8aff5b701a58fc4978bbf13a16e8"; got != want {
+		t.Errorf("version %s, want %s", got, want)
 	}
 }
 
