@@ -36,12 +36,7 @@ var tenantRe = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._@-]{0,63}$`)
 
 // DatasetNames returns the dataset names, sorted.
 func (s *Set) DatasetNames() []string {
-	names := make([]string, 0, len(s.Datasets))
-	for n := range s.Datasets {
-		names = append(names, n)
-	}
-	slices.Sort(names)
-	return names
+	return sortedNames(s.Datasets)
 }
 
 // loadDatasets reads datasets/*.yaml under dir (none when the dir is

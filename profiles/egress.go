@@ -18,12 +18,7 @@ import (
 
 // EgressNames returns the egress profile names, sorted.
 func (s *Set) EgressNames() []string {
-	names := make([]string, 0, len(s.Egress))
-	for n := range s.Egress {
-		names = append(names, n)
-	}
-	slices.Sort(names)
-	return names
+	return sortedNames(s.Egress)
 }
 
 // loadEgress reads and validates every egress/*.yaml file under dir (see

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"maps"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -43,12 +44,7 @@ type Set struct {
 
 // Names returns the exec profile names, sorted.
 func (s *Set) Names() []string {
-	names := make([]string, 0, len(s.Exec))
-	for n := range s.Exec {
-		names = append(names, n)
-	}
-	slices.Sort(names)
-	return names
+	return sortedNames(s.Exec)
 }
 
 // Report is what Check finds in a profiles dir: every problem of every
@@ -210,6 +206,13 @@ func parseExec(file string, data []byte, seccomp seccompSource) (*Exec, Errors) 
 	e.Source = file
 	e.Version = version(&e)
 	return &e, nil
+}
+
+// sortedNames returns the keys of m in order, an empty list for none.
+func sortedNames[V any](m map[string]V) []string {
+	names := slices.AppendSeq(make([]string, 0, len(m)), maps.Keys(m))
+	slices.Sort(names)
+	return names
 }
 
 // unwrapPath drops the path from *fs.PathError, which Error already names.
