@@ -19,7 +19,6 @@ import (
 	"regexp"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -30,6 +29,7 @@ import (
 	"github.com/sandboxd/sandboxd/internal/auth"
 	"github.com/sandboxd/sandboxd/internal/forensics/audit"
 	"github.com/sandboxd/sandboxd/internal/forensics/capture"
+	"github.com/sandboxd/sandboxd/internal/testclock"
 )
 
 const (
@@ -58,26 +58,9 @@ type fixture struct {
 	keys  *auth.Keyring
 	log   audit.Log
 	caps  *capture.SQLite
-	clock *clock
+	clock *testclock.Clock
 	// ids of planted records and captures
 	acmeExec, acmeFetch, otherExec, otherCap, acmeExecCap, acmeFetchCap string
-}
-
-type clock struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-func (c *clock) now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.t
-}
-
-func (c *clock) add(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.t = c.t.Add(d)
 }
 
 // keysFile is the test's keys: agent-1, rev-1, sec-1 and ops-1.
@@ -124,7 +107,7 @@ func newFixture(t *testing.T) *fixture {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { caps.Close() })
-	f := &fixture{t: t, log: log, caps: caps, clock: &clock{t: time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)}}
+	f := &fixture{t: t, log: log, caps: caps, clock: testclock.New(time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC))}
 	ctx := context.Background()
 
 	put := func(c *capture.Capture) string {
@@ -180,7 +163,7 @@ func newFixture(t *testing.T) *fixture {
 		Message: "OTHER_TENANT_RECORD", CaptureIDs: []string{f.otherCap}})
 
 	f.keys = keyring(t)
-	f.h = mount(New(Config{Audit: log, Captures: caps, Keys: f.keys, Now: f.clock.now, Origins: []string{origin}}))
+	f.h = mount(New(Config{Audit: log, Captures: caps, Keys: f.keys, Now: f.clock.Now, Origins: []string{origin}}))
 	return f
 }
 
@@ -492,18 +475,18 @@ func TestNext(t *testing.T) {
 func TestSessionExpiry(t *testing.T) {
 	f := newFixture(t)
 	c := f.signIn(keyRev)
-	f.clock.add(50 * time.Minute)
+	f.clock.Add(50 * time.Minute)
 	f.get(c, "/ui/audit", 200)
-	f.clock.add(61 * time.Minute) // idle for more than an hour
+	f.clock.Add(61 * time.Minute) // idle for more than an hour
 	if rec := f.do(request{path: "/ui/audit", cookies: []*http.Cookie{c}}); rec.Code != http.StatusSeeOther {
 		t.Fatalf("idle session: %d", rec.Code)
 	}
 	c = f.signIn(keyRev)
 	for range 8 {
-		f.clock.add(55 * time.Minute)
+		f.clock.Add(55 * time.Minute)
 		f.get(c, "/ui/audit", 200)
 	}
-	f.clock.add(55 * time.Minute) // past 8 hours in all
+	f.clock.Add(55 * time.Minute) // past 8 hours in all
 	if rec := f.do(request{path: "/ui/audit", cookies: []*http.Cookie{c}}); rec.Code != http.StatusSeeOther {
 		t.Fatalf("expired session: %d", rec.Code)
 	}
@@ -977,7 +960,7 @@ func TestCaptureReadsAreAudited(t *testing.T) {
 		t.Errorf("a refused read was recorded as a read: %d", n)
 	}
 
-	f.h = mount(New(Config{Audit: failingAudit{f.log}, Captures: f.caps, Keys: keyring(t), Now: f.clock.now, Origins: []string{origin}}))
+	f.h = mount(New(Config{Audit: failingAudit{f.log}, Captures: f.caps, Keys: keyring(t), Now: f.clock.Now, Origins: []string{origin}}))
 	rev = f.signIn(keyRev)
 	code := string(mustPart(t, f, f.acmeExecCap, "code"))
 	for _, p := range []string{"/ui/captures/" + f.acmeExecCap, "/ui/captures/" + f.acmeExecCap + "/part?name=code"} {
