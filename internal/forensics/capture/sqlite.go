@@ -819,18 +819,25 @@ func (s *SQLite) Delete(ctx context.Context, id string) error {
 	return err
 }
 
+// beginReviewed begins the transaction of a reviewer's change to capture
+// id (an erasure, a hold). by must say who makes it (noBy is the error
+// when it does not); an id that cannot exist is ErrNotFound.
+func (s *SQLite) beginReviewed(ctx context.Context, id, by, noBy string) (*sql.Tx, error) {
+	if strings.TrimSpace(by) == "" {
+		return nil, errors.New(noBy)
+	}
+	if !ValidID(id) {
+		return nil, ErrNotFound
+	}
+	return s.wdb.BeginTx(ctx, nil)
+}
+
 // Erase implements Forensics. The tombstone keeps the capture's id,
 // tenant, key, request, kind, times and its parts' names, types, sizes and
 // digests; the content and Meta (URLs) go. Erasing an erased capture
 // returns ErrErased. by must be set.
 func (s *SQLite) Erase(ctx context.Context, id, by, reason string) error {
-	if strings.TrimSpace(by) == "" {
-		return errors.New("erasing a capture: say who erases it (by)")
-	}
-	if !ValidID(id) {
-		return ErrNotFound
-	}
-	tx, err := s.wdb.BeginTx(ctx, nil)
+	tx, err := s.beginReviewed(ctx, id, by, "erasing a capture: say who erases it (by)")
 	if err != nil {
 		return err
 	}
@@ -906,13 +913,7 @@ func (s *SQLite) wipeLog(ctx context.Context) error {
 // returns ErrErased; placing one again replaces who, when and why; lifting
 // one that is not there does nothing. by must be set.
 func (s *SQLite) SetHold(ctx context.Context, id string, on bool, by, reason string) error {
-	if strings.TrimSpace(by) == "" {
-		return errors.New("setting a capture hold: say who sets it (by)")
-	}
-	if !ValidID(id) {
-		return ErrNotFound
-	}
-	tx, err := s.wdb.BeginTx(ctx, nil)
+	tx, err := s.beginReviewed(ctx, id, by, "setting a capture hold: say who sets it (by)")
 	if err != nil {
 		return err
 	}
