@@ -86,6 +86,16 @@ func partBlob(t testing.TB, s *SQLite, id, name string) string {
 	return *a
 }
 
+// putAll stores the captures, failing the test at the first error.
+func putAll(t testing.TB, s *SQLite, caps ...*Capture) {
+	t.Helper()
+	for _, c := range caps {
+		if err := s.Put(bg, c); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
 func randomBytes(n int, seed uint64) []byte {
 	r := rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))
 	b := make([]byte, n)
@@ -210,11 +220,7 @@ func TestDedupSharesOneBlob(t *testing.T) {
 	s := openT(t, dir, Options{inlineMax: -1})
 	raw := randomBytes(10000, 2)
 	a, b := fetchCapture("acme", raw, "page A"), fetchCapture("other", raw, "page B")
-	for _, c := range []*Capture{a, b} {
-		if err := s.Put(bg, c); err != nil {
-			t.Fatal(err)
-		}
-	}
+	putAll(t, s, a, b)
 	ra, rb := partBlob(t, s, a.ID, "raw"), partBlob(t, s, b.ID, "raw")
 	if ra != rb || ra == "" {
 		t.Fatalf("equal raw bodies have blobs %s and %s", ra, rb)
@@ -247,11 +253,7 @@ func TestEraseLeavesTombstoneAndRemovesUnsharedBlobs(t *testing.T) {
 	s := openT(t, dir, Options{inlineMax: -1})
 	raw := randomBytes(4000, 3)
 	a, b := fetchCapture("acme", raw, "page A"), fetchCapture("acme", raw, "page B")
-	for _, c := range []*Capture{a, b} {
-		if err := s.Put(bg, c); err != nil {
-			t.Fatal(err)
-		}
-	}
+	putAll(t, s, a, b)
 	rawBlob, aText := partBlob(t, s, a.ID, "raw"), partBlob(t, s, a.ID, "returned.json")
 	if err := s.Erase(bg, a.ID, "", "no by"); err == nil {
 		t.Fatal("Erase without by accepted")

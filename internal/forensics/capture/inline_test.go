@@ -266,11 +266,7 @@ func TestMixedInlineAndBlob(t *testing.T) {
 	shared := randomBytes(inlineMax*2, 31)
 	a := fetchCapture("acme", shared, "a's text")
 	b := fetchCapture("acme", shared, "b's text")
-	for _, c := range []*Capture{a, b} {
-		if err := s.Put(bg, c); err != nil {
-			t.Fatal(err)
-		}
-	}
+	putAll(t, s, a, b)
 	addr := partBlob(t, s, a.ID, "raw")
 	if addr == "" || addr != partBlob(t, s, b.ID, "raw") || blobRefs(t, s, addr) != 2 {
 		t.Fatalf("shared raw blob %q, refs %d", addr, blobRefs(t, s, addr))
@@ -354,11 +350,7 @@ func TestTamperedInlineDetected(t *testing.T) {
 			s := openT(t, t.TempDir(), encOpts(t, enc))
 			a := &Capture{Kind: "exec", Parts: []Part{{Name: "code", Data: []byte("print('same code')")}, {Name: "stdout", Data: []byte("a's output")}}}
 			b := &Capture{Kind: "exec", Parts: []Part{{Name: "code", Data: []byte("print('same code')")}, {Name: "stdout", Data: []byte("b's output")}}}
-			for _, c := range []*Capture{a, b} {
-				if err := s.Put(bg, c); err != nil {
-					t.Fatal(err)
-				}
-			}
+			putAll(t, s, a, b)
 			orig := partData(t, s, a.ID, "stdout")
 			set := func(id, name string, v []byte) {
 				t.Helper()
