@@ -276,29 +276,15 @@ func (l *Limiter) AdmitExec(ctx context.Context, tenant, session string, timeout
 				Message: fmt.Sprintf("session %s has run its %d execs; start a new session or finish the task", session, sl.MaxExecs)}, nil
 		}
 		if sl.CPUSeconds > 0 {
-			limit := int64(sl.CPUSeconds * 1000)
-			left := limit - ss.used.CPUMillis - ss.reservedCPU
-			if left < MinSliceMS {
-				r := &Refusal{Code: CodeBudgetExceeded, Budget: SessionCPU, Limit: sl.CPUSeconds, Used: float64(ss.used.CPUMillis) / 1000,
-					Message: fmt.Sprintf("session %s has used %.3g of its %g CPU-seconds (less than %d ms is left); start a new session or finish the task", session, float64(ss.used.CPUMillis)/1000, sl.CPUSeconds, MinSliceMS)}
-				if ss.used.CPUMillis+MinSliceMS <= limit {
-					r.RetryAfter = time.Second
-					r.Message = fmt.Sprintf("session %s's running execs hold the rest of its %g CPU-seconds; retry when they finish", session, sl.CPUSeconds)
-				}
+			left, r := sessionLeft(session, secondsBudget{SessionCPU, sl.CPUSeconds, ss.used.CPUMillis, ss.reservedCPU, "CPU-seconds", "CPU-seconds"})
+			if r != nil {
 				return nil, r, nil
 			}
 			lower(perCPU(left), SessionCPU)
 		}
 		if sl.WallSeconds > 0 {
-			limit := int64(sl.WallSeconds * 1000)
-			left := limit - ss.used.WallMillis - ss.reservedWall
-			if left < MinSliceMS {
-				r := &Refusal{Code: CodeBudgetExceeded, Budget: SessionWall, Limit: sl.WallSeconds, Used: float64(ss.used.WallMillis) / 1000,
-					Message: fmt.Sprintf("session %s has used %.3g of its %g wall-clock seconds of running code (less than %d ms is left); start a new session or finish the task", session, float64(ss.used.WallMillis)/1000, sl.WallSeconds, MinSliceMS)}
-				if ss.used.WallMillis+MinSliceMS <= limit {
-					r.RetryAfter = time.Second
-					r.Message = fmt.Sprintf("session %s's running execs hold the rest of its %g wall seconds; retry when they finish", session, sl.WallSeconds)
-				}
+			left, r := sessionLeft(session, secondsBudget{SessionWall, sl.WallSeconds, ss.used.WallMillis, ss.reservedWall, "wall-clock seconds of running code", "wall seconds"})
+			if r != nil {
 				return nil, r, nil
 			}
 			lower(left, SessionWall)
@@ -321,6 +307,35 @@ func (l *Limiter) AdmitExec(ctx context.Context, tenant, session string, timeout
 		ss.reservedWall += t.wallMS
 	}
 	return t, nil, nil
+}
+
+// secondsBudget is a session budget of seconds (CPU or wall clock) as
+// AdmitExec checks it.
+type secondsBudget struct {
+	name  string  // SessionCPU or SessionWall
+	limit float64 // seconds
+	// usedMS is what ended runs spent, heldMS what running ones hold.
+	usedMS, heldMS int64
+	// spent and held name the budget in the refusal's two messages.
+	spent, held string
+}
+
+// sessionLeft returns the milliseconds left of session's budget b, or the
+// refusal when less than MinSliceMS is: for good, or until its running
+// execs finish.
+func sessionLeft(session string, b secondsBudget) (int64, *Refusal) {
+	limit := int64(b.limit * 1000)
+	left := limit - b.usedMS - b.heldMS
+	if left >= MinSliceMS {
+		return left, nil
+	}
+	r := &Refusal{Code: CodeBudgetExceeded, Budget: b.name, Limit: b.limit, Used: float64(b.usedMS) / 1000,
+		Message: fmt.Sprintf("session %s has used %.3g of its %g %s (less than %d ms is left); start a new session or finish the task", session, float64(b.usedMS)/1000, b.limit, b.spent, MinSliceMS)}
+	if b.usedMS+MinSliceMS <= limit {
+		r.RetryAfter = time.Second
+		r.Message = fmt.Sprintf("session %s's running execs hold the rest of its %g %s; retry when they finish", session, b.limit, b.held)
+	}
+	return 0, r
 }
 
 // release gives back what t holds. l.mu held.
