@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/sandboxd/sandboxd/egress"
+	"github.com/sandboxd/sandboxd/egress/egresstest"
 	"github.com/sandboxd/sandboxd/redact"
 )
 
@@ -126,21 +127,7 @@ func TestLimiter(t *testing.T) {
 }
 
 func TestDialerDialsTheCheckedAddressOnly(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			c.Close()
-		}
-	}()
-	port := uint16(ln.Addr().(*net.TCPAddr).Port)
+	port := uint16(egresstest.Upstream(t, func(c net.Conn) { c.Close() }))
 	res := testResolver()
 	res.Set("up.mirror.test", "127.0.0.1")
 	checker := &egress.Checker{Resolver: res}
@@ -190,23 +177,11 @@ func TestDialerDialsTheCheckedAddressOnly(t *testing.T) {
 // the unspecified address at any port, allow_cidrs or not, and names
 // sandboxd's listener when the port is one of its own.
 func TestDialerRefusesUnspecified(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
 	var accepted atomic.Int32
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			accepted.Add(1)
-			c.Close()
-		}
-	}()
-	port := uint16(ln.Addr().(*net.TCPAddr).Port)
+	port := uint16(egresstest.Upstream(t, func(c net.Conn) {
+		accepted.Add(1)
+		c.Close()
+	}))
 	zero := netip.AddrPortFrom(netip.IPv4Unspecified(), port)
 	// The threat: a plain dial of 0.0.0.0 reaches the loopback listener.
 	if c, err := net.DialTimeout("tcp4", zero.String(), 2*time.Second); err == nil {
