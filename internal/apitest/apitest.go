@@ -161,15 +161,8 @@ func New(t testing.TB, opts *Options) *Server {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := egress.Defaults()
-	p.Name = "pages"
-	p.Description = "Test pages on loopback."
-	p.Allow = []egress.Rule{{Hosts: []string{"pages.test"}, Ports: []int{port}}}
-	p.AllowCIDRs = []string{"127.0.0.1/32"}
-	if err := p.Compile(); err != nil {
-		t.Fatal(err)
-	}
-	set.Egress["pages"] = &p
+	set.Egress["pages"] = egresstest.LoopbackProfile(t, "pages", port, []string{"pages.test"},
+		func(p *egress.Profile) { p.Description = "Test pages on loopback." })
 
 	dir := t.TempDir()
 	keys := filepath.Join(dir, "keys.yaml")

@@ -100,16 +100,10 @@ func newFetchFixture(t *testing.T, tenants string) *fetchFixture {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := egress.Defaults()
-	p.Name = "pages"
-	p.Allow = []egress.Rule{{Hosts: []string{"pages.test", "other.test"}, Ports: []int{port}}}
-	p.Deny = []egress.Rule{{Name: "no-evil", Hosts: []string{"evil.test"}}}
-	p.AllowCIDRs = []string{"127.0.0.1/32"}
-	p.MaxResponseBytes = 5000
-	if err := p.Compile(); err != nil {
-		t.Fatal(err)
-	}
-	set.Egress["pages"] = &p
+	set.Egress["pages"] = egresstest.LoopbackProfile(t, "pages", port, []string{"pages.test", "other.test"}, func(p *egress.Profile) {
+		p.Deny = []egress.Rule{{Name: "no-evil", Hosts: []string{"evil.test"}}}
+		p.MaxResponseBytes = 5000
+	})
 
 	dir := t.TempDir()
 	caps, err := capture.Open(filepath.Join(dir, "captures"), capture.Options{})

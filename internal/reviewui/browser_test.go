@@ -123,14 +123,7 @@ func startServer(t *testing.T) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := egress.Defaults()
-	p.Name = "pages"
-	p.Allow = []egress.Rule{{Hosts: []string{"news.test"}, Ports: []int{port}}}
-	p.AllowCIDRs = []string{"127.0.0.1/32"}
-	if err := p.Compile(); err != nil {
-		t.Fatal(err)
-	}
-	set.Egress["pages"] = &p
+	set.Egress["pages"] = egresstest.LoopbackProfile(t, "pages", port, []string{"news.test"})
 
 	dir := t.TempDir()
 	e := &env{agent: "sbx_agent_" + strconv.FormatInt(time.Now().UnixNano(), 36), hostP: "news.test:" + portS}
