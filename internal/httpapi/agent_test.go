@@ -216,10 +216,7 @@ func TestMCPNeedsAnAgentKey(t *testing.T) {
 func TestToolsEndpoint(t *testing.T) {
 	f := newFixture(t, 1, 1)
 	get := func(target string) (int, []byte) {
-		req := httptest.NewRequest("GET", target, nil)
-		req.Header.Set("Authorization", "Bearer "+f.agent)
-		rec := httptest.NewRecorder()
-		f.srv.Handler().ServeHTTP(rec, req)
+		rec := serve(f.srv, "GET", target, f.agent, "")
 		return rec.Code, rec.Body.Bytes()
 	}
 	code, raw := get("/tools")

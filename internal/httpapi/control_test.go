@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
@@ -178,19 +177,7 @@ func (r *reply) errCode() string {
 
 func (f *ctlFixture) req(method, path, key, body string, headers ...string) *reply {
 	f.t.Helper()
-	var rd io.Reader
-	if body != "" {
-		rd = strings.NewReader(body)
-	}
-	r := httptest.NewRequest(method, path, rd)
-	if key != "" {
-		r.Header.Set("Authorization", "Bearer "+key)
-	}
-	for i := 0; i+1 < len(headers); i += 2 {
-		r.Header.Set(headers[i], headers[i+1])
-	}
-	rec := httptest.NewRecorder()
-	f.srv.Handler().ServeHTTP(rec, r)
+	rec := serve(f.srv, method, path, key, body, headers...)
 	out := &reply{code: rec.Code, header: rec.Header(), raw: rec.Body.Bytes()}
 	_ = json.Unmarshal(rec.Body.Bytes(), &out.body)
 	return out
