@@ -27,11 +27,12 @@ import (
 	"github.com/sandboxd/sandboxd/internal/logbuf"
 	"github.com/sandboxd/sandboxd/internal/store"
 	"github.com/sandboxd/sandboxd/profiles"
+	"github.com/sandboxd/sandboxd/redact"
 	"github.com/sandboxd/sandboxd/runner"
 )
 
 // ctlFixture is a server with a file store, agent keys of two tenants and an
-// admin key, for the control plane's tests.
+// admin key, for the control plane's tests and those built on them.
 type ctlFixture struct {
 	t      *testing.T
 	srv    *Server
@@ -41,6 +42,14 @@ type ctlFixture struct {
 	tenant string // tenants file content
 	wait   time.Duration
 	logs   *logbuf.Buffer
+	// set is the profile set in force; nil is the shipped profiles.
+	set *profiles.Set
+	// redactLogs sends every log line through the redactor, as sandboxd
+	// serve does.
+	redactLogs bool
+	// configure, when set, changes the server's configuration at each
+	// start.
+	configure func(*Config)
 	// audit is the server's audit log (each start opens a new one); set
 	// failing to refuse every append.
 	audit *switchLog
@@ -99,8 +108,8 @@ func (e causeEngine) Run(ctx context.Context, spec *runner.Spec) (*runner.Result
 
 func newCtl(t *testing.T, tenants string, wait time.Duration) *ctlFixture {
 	t.Helper()
-	f := &ctlFixture{t: t, dir: t.TempDir(), tenant: tenants, wait: wait, logs: &logbuf.Buffer{}}
-	f.eng = &fakeEngine{result: runner.Result{Status: runner.StatusOK, Stdout: []byte("1\n"), ImageID: "sha256:fake"}}
+	f := &ctlFixture{t: t, dir: t.TempDir(), tenant: tenants, wait: wait, logs: &logbuf.Buffer{},
+		eng: &fakeEngine{result: runner.Result{Status: runner.StatusOK, Stdout: []byte("1\n"), ImageID: "sha256:fake"}}}
 	f.start()
 	return f
 }
@@ -109,9 +118,11 @@ func newCtl(t *testing.T, tenants string, wait time.Duration) *ctlFixture {
 // process would: the store is reopened and recovered.
 func (f *ctlFixture) start() {
 	t := f.t
-	set, err := ctlSet()
-	if err != nil {
-		t.Fatal(err)
+	set, err := f.set, error(nil)
+	if set == nil {
+		if set, err = ctlSet(); err != nil {
+			t.Fatal(err)
+		}
 	}
 	st, err := store.OpenSQLite(f.dir)
 	if err != nil {
@@ -127,7 +138,11 @@ func (f *ctlFixture) start() {
 			t.Fatal(err)
 		}
 	}
-	log := slog.New(slog.NewJSONHandler(f.logs, nil))
+	var h slog.Handler = slog.NewJSONHandler(f.logs, nil)
+	if f.redactLogs {
+		h = redact.NewHandler(h, redact.Default())
+	}
+	log := slog.New(h)
 	f.st = st
 	al, err := audit.Open("")
 	if err != nil {
@@ -135,10 +150,14 @@ func (f *ctlFixture) start() {
 	}
 	t.Cleanup(func() { al.Close() })
 	f.audit = &switchLog{Log: al}
-	f.srv = newServer(t, Config{Audit: f.audit,
+	sc := Config{Audit: f.audit,
 		DataDir: f.dir, Profiles: set, Keys: ring(t), Engine: causeEngine{f.eng}, Gate: admit.New(2, 4, time.Minute), Log: log, MaxBodyBytes: 1 << 20,
 		Control: Control{Store: st, Owner: owner, Limits: budget.New(cfg, st, log), IdempotencyWait: f.wait, Queue: 4},
-	})
+	}
+	if f.configure != nil {
+		f.configure(&sc)
+	}
+	f.srv = newServer(t, sc)
 	t.Cleanup(f.stop)
 }
 
