@@ -20,6 +20,16 @@ const minimalSeccomp = `{"defaultAction": "SCMP_ACT_ERRNO", "syscalls": []}`
 // minimal is an exec profile with only the required keys.
 const minimal = "name: default\nimage: img:1\nseccomp: default.json\n"
 
+// loadShipped loads the repository's profiles, which must load.
+func loadShipped(t *testing.T) *Set {
+	t.Helper()
+	set, err := Load(".")
+	if err != nil {
+		t.Fatalf("shipped profiles do not load: %v", err)
+	}
+	return set
+}
+
 // writeTree creates a profiles dir from relative path -> content and returns
 // its path. seccomp/default.json is added unless files names it.
 func writeTree(t *testing.T, files map[string]string) string {
@@ -75,10 +85,7 @@ func withoutLoaderFields(e Exec) Exec {
 }
 
 func TestLoadShippedProfiles(t *testing.T) {
-	set, err := Load(".")
-	if err != nil {
-		t.Fatalf("shipped profiles do not load: %v", err)
-	}
+	set := loadShipped(t)
 	if got := set.Names(); !reflect.DeepEqual(got, []string{"data", "default", "strict"}) {
 		t.Fatalf("Names() = %v, want [default strict]", got)
 	}
@@ -116,10 +123,7 @@ func TestLoadShippedProfiles(t *testing.T) {
 // TestShippedStrictProfile checks that strict.yaml runs under gVisor and is
 // at least as tight as default.yaml everywhere.
 func TestShippedStrictProfile(t *testing.T) {
-	set, err := Load(".")
-	if err != nil {
-		t.Fatal(err)
-	}
+	set := loadShipped(t)
 	s, d := set.Exec["strict"], set.Exec["default"]
 	if s == nil {
 		t.Fatal("no strict profile")
