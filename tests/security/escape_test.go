@@ -449,25 +449,24 @@ func (x *run) describe() string {
 		len(r.Stdout), r.StdoutTruncated, e2e.Clip([]byte(r.Stdout), 3000),
 		len(r.Stderr), r.StderrTruncated, e2e.Clip([]byte(r.Stderr), 2000))
 	if len(r.Files) > 0 || len(r.SkippedFiles) > 0 {
-		var fs []string
-		for i, f := range r.Files {
-			if i == 10 {
-				fs = append(fs, fmt.Sprintf("… %d files", len(r.Files)))
-				break
-			}
-			fs = append(fs, fmt.Sprintf("%q(%d)", f.Path, f.Size))
-		}
-		var ss []string
-		for i, f := range r.SkippedFiles {
-			if i == 10 {
-				ss = append(ss, fmt.Sprintf("… %d skipped", len(r.SkippedFiles)))
-				break
-			}
-			ss = append(ss, fmt.Sprintf("%q: %s", f.Path, f.Reason))
-		}
+		fs := firstTen(r.Files, "files", func(f e2e.OutFile) string { return fmt.Sprintf("%q(%d)", f.Path, f.Size) })
+		ss := firstTen(r.SkippedFiles, "skipped", func(f e2e.SkippedFile) string { return fmt.Sprintf("%q: %s", f.Path, f.Reason) })
 		s += fmt.Sprintf("\nfiles: %s\nskipped: %s", strings.Join(fs, ", "), strings.Join(ss, "; "))
 	}
 	return s
+}
+
+// firstTen describes the first ten of list with describe, and says how
+// many there are (in what) when there are more.
+func firstTen[T any](list []T, what string, describe func(T) string) []string {
+	var out []string
+	for i, v := range list {
+		if i == 10 {
+			return append(out, fmt.Sprintf("… %d %s", len(list), what))
+		}
+		out = append(out, describe(v))
+	}
+	return out
 }
 
 // ---------------------------------------------------------------------------
