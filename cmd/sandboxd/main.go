@@ -135,30 +135,30 @@ func envDefault(name, def string) string {
 // refuses them instead of silently using the default.
 var envErrs []string
 
-func envInt(name string, def int) int {
+// envParsed returns SANDBOXD_<NAME> parsed with parse, or def when it is
+// unset or empty. A value that does not parse is recorded in envErrs,
+// saying that it is not what, and def is used.
+func envParsed[T any](name string, def T, parse func(string) (T, error), what string) T {
 	v := envDefault(name, "")
 	if v == "" {
 		return def
 	}
-	n, err := strconv.Atoi(v)
+	x, err := parse(v)
 	if err != nil {
-		envErrs = append(envErrs, fmt.Sprintf("SANDBOXD_%s=%q is not a whole number", name, v))
+		envErrs = append(envErrs, fmt.Sprintf("SANDBOXD_%s=%q is not %s", name, v, what))
 		return def
 	}
-	return n
+	return x
 }
 
+// envInt is envParsed for a whole number.
+func envInt(name string, def int) int {
+	return envParsed(name, def, strconv.Atoi, "a whole number")
+}
+
+// envDuration is envParsed for a duration.
 func envDuration(name string, def time.Duration) time.Duration {
-	v := envDefault(name, "")
-	if v == "" {
-		return def
-	}
-	d, err := time.ParseDuration(v)
-	if err != nil {
-		envErrs = append(envErrs, fmt.Sprintf("SANDBOXD_%s=%q is not a duration such as 30s", name, v))
-		return def
-	}
-	return d
+	return envParsed(name, def, time.ParseDuration, "a duration such as 30s")
 }
 
 func parseServe(args []string, stderr io.Writer) (*serveConfig, error) {
