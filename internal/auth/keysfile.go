@@ -181,27 +181,30 @@ func (p *parser) entry(i int, n *yaml.Node) (e parsedEntry, err error) {
 		return v.Value, v.Line, nil
 	}
 
-	id, idLine, err := str("id")
+	// name reads a required name field; hint says what to set when it is
+	// missing.
+	name := func(field, hint string) (string, error) {
+		v, line, err := str(field)
+		if err != nil {
+			return "", err
+		}
+		if v == "" {
+			return "", p.errf(lineOr(line, n.Line), "%s has no %s; %s", where, field, hint)
+		}
+		if msg := checkName(field, v); msg != "" {
+			return "", p.errf(line, "%s", msg)
+		}
+		return v, nil
+	}
+
+	id, err := name("id", "set id: to a name for the key, e.g. id: agent-1")
 	if err != nil {
 		return e, err
-	}
-	if id == "" {
-		return e, p.errf(lineOr(idLine, n.Line), "%s has no id; set id: to a name for the key, e.g. id: agent-1", where)
-	}
-	if msg := checkName("id", id); msg != "" {
-		return e, p.errf(idLine, "%s", msg)
 	}
 	where = fmt.Sprintf("key %q", id)
-
-	tenant, tenantLine, err := str("tenant")
+	tenant, err := name("tenant", "set tenant: to the tenant it acts for")
 	if err != nil {
 		return e, err
-	}
-	if tenant == "" {
-		return e, p.errf(lineOr(tenantLine, n.Line), "%s has no tenant; set tenant: to the tenant it acts for", where)
-	}
-	if msg := checkName("tenant", tenant); msg != "" {
-		return e, p.errf(tenantLine, "%s", msg)
 	}
 
 	roles, err := p.roles(where, vals["roles"], n.Line)
