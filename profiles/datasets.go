@@ -9,6 +9,8 @@ import (
 	"regexp"
 	"slices"
 	"strings"
+
+	"github.com/sandboxd/sandboxd/internal/yamlfile"
 )
 
 // Dataset is a directory on the host that execs may mount read-only at
@@ -51,7 +53,7 @@ func loadDatasets(dir string) (map[string]*Dataset, Errors) {
 		return out, nil
 	}
 	if err != nil {
-		return out, Errors{{File: dsDir, Msg: fmt.Sprintf("cannot read the datasets dir: %v", unwrapPath(err))}}
+		return out, Errors{{File: dsDir, Msg: fmt.Sprintf("cannot read the datasets dir: %v", yamlfile.StripPath(err))}}
 	}
 	var errs Errors
 	for _, f := range readYAMLFiles(dsDir, entries, "datasets", "dataset") {

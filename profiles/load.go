@@ -15,6 +15,7 @@ import (
 	"strings"
 
 	"github.com/sandboxd/sandboxd/egress"
+	"github.com/sandboxd/sandboxd/internal/yamlfile"
 )
 
 // DefaultName is the exec profile used when a request names none. Every
@@ -115,7 +116,7 @@ func loadExec(dir string) (map[string]*Exec, []string, Errors) {
 	out := make(map[string]*Exec)
 	entries, err := os.ReadDir(execDir)
 	if err != nil {
-		return out, nil, Errors{{File: execDir, Msg: fmt.Sprintf("cannot read the exec profiles dir: %v; the profiles dir must hold exec/default.yaml", unwrapPath(err))}}
+		return out, nil, Errors{{File: execDir, Msg: fmt.Sprintf("cannot read the exec profiles dir: %v; the profiles dir must hold exec/default.yaml", yamlfile.StripPath(err))}}
 	}
 	seccomp := seccompLoader(filepath.Join(dir, "seccomp"))
 	var errs Errors
@@ -196,7 +197,7 @@ func parseExec(file string, data []byte, seccomp seccompSource) (*Exec, Errors) 
 		case errors.Is(err, fs.ErrNotExist):
 			d.problem("seccomp", "seccomp file %q does not exist in the seccomp/ dir; add it or name an existing one", e.Seccomp)
 		default:
-			d.problem("seccomp", "cannot read seccomp file %q: %v", e.Seccomp, unwrapPath(err))
+			d.problem("seccomp", "cannot read seccomp file %q: %v", e.Seccomp, yamlfile.StripPath(err))
 		}
 	}
 	if len(d.errs) > 0 || len(other) > 0 {
@@ -213,15 +214,6 @@ func sortedNames[V any](m map[string]V) []string {
 	names := slices.AppendSeq(make([]string, 0, len(m)), maps.Keys(m))
 	slices.Sort(names)
 	return names
-}
-
-// unwrapPath drops the path from *fs.PathError, which Error already names.
-func unwrapPath(err error) error {
-	var pe *fs.PathError
-	if errors.As(err, &pe) {
-		return pe.Err
-	}
-	return err
 }
 
 // version is the sha256 (hex) of the profile's values after defaults,

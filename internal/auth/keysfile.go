@@ -7,8 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"io/fs"
-	"os"
 	"regexp"
 	"slices"
 	"strconv"
@@ -27,13 +25,9 @@ type Error = yamlfile.Error
 // which entries store a plaintext key; they never contain the key. Any
 // problem makes LoadFile fail with an *Error pointing at its line.
 func LoadFile(path string) (*Keyring, []string, error) {
-	data, err := os.ReadFile(path)
+	data, err := yamlfile.ReadFile(path, "the keys file")
 	if err != nil {
-		var pe *fs.PathError
-		if errors.As(err, &pe) {
-			err = pe.Err
-		}
-		return nil, nil, &Error{File: path, Msg: fmt.Sprintf("cannot read the keys file: %v", err)}
+		return nil, nil, err
 	}
 	return parse(path, data)
 }

@@ -11,7 +11,6 @@ package seccompbpf
 import (
 	"bytes"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -25,6 +24,7 @@ import (
 	libseccomp "github.com/seccomp/libseccomp-golang"
 
 	"github.com/sandboxd/sandboxd/internal/seccompfile"
+	"github.com/sandboxd/sandboxd/internal/yamlfile"
 	"github.com/sandboxd/sandboxd/profiles"
 	"golang.org/x/sys/unix"
 )
@@ -79,13 +79,9 @@ func scAction(name string, errnoRet *uint16) (libseccomp.ScmpAction, error) {
 
 // CheckFile reads, validates and compiles file.
 func CheckFile(file string) (*Report, error) {
-	data, err := os.ReadFile(file)
+	data, err := yamlfile.ReadFile(file, "the seccomp profile")
 	if err != nil {
-		var pe *os.PathError
-		if errors.As(err, &pe) {
-			err = pe.Err
-		}
-		return nil, &profiles.Error{File: file, Msg: fmt.Sprintf("cannot read the seccomp profile: %v", err)}
+		return nil, err
 	}
 	if err := profiles.CheckSeccomp(file, data); err != nil {
 		return nil, err

@@ -1,13 +1,17 @@
 // Package yamlfile holds what the YAML files security teams edit (profiles,
 // keys) share: an error and a warning that point at a file, line and
-// column, a list of errors reported together, "did you mean" suggestions
-// for misspelt keys, plain words for what a YAML node holds, and the YAML
-// parser's errors in words that say what to change.
+// column, reading a file into such an error, a list of errors reported
+// together, "did you mean" suggestions for misspelt keys, plain words for
+// what a YAML node holds, and the YAML parser's errors in words that say
+// what to change.
 package yamlfile
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
+	"io/fs"
+	"os"
 	"regexp"
 	"strconv"
 	"strings"
@@ -31,6 +35,26 @@ type Error struct {
 // Error returns "file:line:column: problem", leaving out the column or
 // the line when they are 0.
 func (e *Error) Error() string { return location(e.File, e.Line, e.Column) + e.Msg }
+
+// ReadFile reads file. A failure is an *Error that names the file once
+// and says what could not be read ("the keys file").
+func ReadFile(file, what string) ([]byte, error) {
+	data, err := os.ReadFile(file)
+	if err != nil {
+		return nil, &Error{File: file, Msg: fmt.Sprintf("cannot read %s: %v", what, StripPath(err))}
+	}
+	return data, nil
+}
+
+// StripPath drops the path from an *fs.PathError, for a message in an
+// Error, which names the file already.
+func StripPath(err error) error {
+	var pe *fs.PathError
+	if errors.As(err, &pe) {
+		return pe.Err
+	}
+	return err
+}
 
 // Warning is a value that is allowed but deserves a second look (an
 // allow_cidrs entry that opens an always-denied range). It never stops a

@@ -10,10 +10,7 @@
 package budget
 
 import (
-	"errors"
 	"fmt"
-	"io/fs"
-	"os"
 	"regexp"
 	"sort"
 	"strings"
@@ -107,13 +104,9 @@ var lineRe = regexp.MustCompile(`line (\d+): (.*)`)
 // Unknown fields, negative values and malformed tenant names are refused
 // with file:line errors.
 func LoadFile(path string) (*Config, error) {
-	data, err := os.ReadFile(path)
+	data, err := yamlfile.ReadFile(path, "the tenants file")
 	if err != nil {
-		var pe *fs.PathError
-		if errors.As(err, &pe) {
-			err = pe.Err
-		}
-		return nil, &yamlfile.Error{File: path, Msg: fmt.Sprintf("cannot read the tenants file: %v", err)}
+		return nil, err
 	}
 	return Parse(path, data)
 }
