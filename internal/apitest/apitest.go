@@ -12,7 +12,6 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
-	"os"
 	"path/filepath"
 	"runtime"
 	"strconv"
@@ -23,7 +22,7 @@ import (
 	"github.com/sandboxd/sandboxd/browse"
 	"github.com/sandboxd/sandboxd/egress"
 	"github.com/sandboxd/sandboxd/egress/egresstest"
-	"github.com/sandboxd/sandboxd/internal/auth"
+	"github.com/sandboxd/sandboxd/internal/auth/authtest"
 	"github.com/sandboxd/sandboxd/internal/control/admit"
 	"github.com/sandboxd/sandboxd/internal/control/budget"
 	"github.com/sandboxd/sandboxd/internal/execflow"
@@ -165,20 +164,13 @@ func New(t testing.TB, opts *Options) *Server {
 		func(p *egress.Profile) { p.Description = "Test pages on loopback." })
 
 	dir := t.TempDir()
-	keys := filepath.Join(dir, "keys.yaml")
-	if err := os.WriteFile(keys, []byte(fmt.Sprintf(`keys:
+	ring := authtest.Keyring(t, fmt.Sprintf(`keys:
   - {id: agent-1, tenant: acme, key: %s, roles: [agent]}
   - {id: other-1, tenant: other, key: %s, roles: [agent]}
   - {id: security-1, tenant: acme, key: %s, roles: [security]}
   - {id: reviewer-1, tenant: acme, key: %s, roles: [reviewer]}
   - {id: ops-1, tenant: ops, key: %s, roles: [admin]}
-`, AgentKey, OtherKey, SecurityKey, ReviewerKey, AdminKey)), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	ring, _, err := auth.LoadFile(keys)
-	if err != nil {
-		t.Fatal(err)
-	}
+`, AgentKey, OtherKey, SecurityKey, ReviewerKey, AdminKey))
 	var w io.Writer = io.Discard
 	if opts.Log != nil {
 		w = opts.Log

@@ -9,8 +9,6 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
-	"os"
-	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -19,6 +17,7 @@ import (
 
 	"github.com/sandboxd/sandboxd/api"
 	"github.com/sandboxd/sandboxd/internal/auth"
+	"github.com/sandboxd/sandboxd/internal/auth/authtest"
 	"github.com/sandboxd/sandboxd/internal/control"
 	"github.com/sandboxd/sandboxd/internal/control/admit"
 	"github.com/sandboxd/sandboxd/internal/control/budget"
@@ -79,20 +78,16 @@ const (
 
 var ctlSet = sync.OnceValues(func() (*profiles.Set, error) { return profiles.Load("../../profiles") })
 
+// ring is the control tests' keys: agents of acme and other, an admin, a
+// reviewer of acme and a security key of other.
 func ring(t testing.TB) *auth.Keyring {
-	p := filepath.Join(t.TempDir(), "keys.yaml")
-	os.WriteFile(p, []byte(fmt.Sprintf(`keys:
+	return authtest.Keyring(t, fmt.Sprintf(`keys:
   - {id: agent-1, tenant: acme, key: %s, roles: [agent]}
   - {id: other-1, tenant: other, key: %s, roles: [agent]}
   - {id: ops-1, tenant: ops, key: %s, roles: [admin]}
   - {id: rev-1, tenant: acme, key: %s, roles: [reviewer]}
   - {id: sec-1, tenant: other, key: %s, roles: [security]}
-`, keyAgent, keyOther, keyAdmin, keyRev, keySec)), 0o600)
-	r, _, err := auth.LoadFile(p)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return r
+`, keyAgent, keyOther, keyAdmin, keyRev, keySec))
 }
 
 // causeEngine says why a run was stopped, as the real runner does.

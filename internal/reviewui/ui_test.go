@@ -14,8 +14,6 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/url"
-	"os"
-	"path/filepath"
 	"regexp"
 	"slices"
 	"strings"
@@ -27,6 +25,7 @@ import (
 	xhtml "golang.org/x/net/html"
 
 	"github.com/sandboxd/sandboxd/internal/auth"
+	"github.com/sandboxd/sandboxd/internal/auth/authtest"
 	"github.com/sandboxd/sandboxd/internal/forensics/audit"
 	"github.com/sandboxd/sandboxd/internal/forensics/capture"
 	"github.com/sandboxd/sandboxd/internal/testclock"
@@ -71,21 +70,7 @@ var keysFile = fmt.Sprintf(`keys:
   - {id: ops-1, tenant: ops, key: %s, roles: [admin]}
 `, keyAgent, keyRev, keySec, keyAdmin)
 
-func keyring(t *testing.T) *auth.Keyring { return keyringOf(t, keysFile) }
-
-// keyringOf loads a keys file of the given content.
-func keyringOf(t *testing.T, content string) *auth.Keyring {
-	t.Helper()
-	p := filepath.Join(t.TempDir(), "keys.yaml")
-	if err := os.WriteFile(p, []byte(content), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	r, _, err := auth.LoadFile(p)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return r
-}
+func keyring(t *testing.T) *auth.Keyring { return authtest.Keyring(t, keysFile) }
 
 func gzipped(s string) []byte {
 	var b bytes.Buffer
@@ -519,7 +504,7 @@ func TestKeysReloadEndsSessions(t *testing.T) {
 			if changed == keysFile {
 				t.Fatalf("the edit %q changes nothing", edit[0])
 			}
-			f.keys.Replace(keyringOf(t, changed))
+			f.keys.Replace(authtest.Keyring(t, changed))
 			for _, p := range []string{"/ui/audit", "/ui/audit/" + f.acmeExec, "/ui/captures/" + f.acmeExecCap, "/ui/session?id=sess-1"} {
 				rec := f.do(request{path: p, cookies: []*http.Cookie{c}})
 				if rec.Code != http.StatusSeeOther || rec.Header().Get("Location") != "/ui/login?"+(url.Values{"next": {p}}).Encode() ||
@@ -544,7 +529,7 @@ func TestKeysReloadEndsSessions(t *testing.T) {
 	f := newFixture(t)
 	rev, adm := f.signIn(keyRev), f.signIn(keyAdmin)
 	f.get(adm, "/ui/audit?tenant=other", 200)
-	f.keys.Replace(keyringOf(t, strings.Replace(keysFile, "roles: [admin]", "roles: [security]", 1)+
+	f.keys.Replace(authtest.Keyring(t, strings.Replace(keysFile, "roles: [admin]", "roles: [security]", 1)+
 		"  - {id: new-1, tenant: acme, key: sbx_new_key_0123456789, roles: [reviewer]}\n"))
 	if b := f.get(rev, "/ui/audit", 200); !strings.Contains(b, "fe_1") {
 		t.Error("the reviewer's session did not survive an unrelated reload")
