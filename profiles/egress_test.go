@@ -3,7 +3,6 @@ package profiles
 import (
 	"context"
 	"encoding/hex"
-	"os"
 	"path/filepath"
 	"reflect"
 	"strings"
@@ -67,14 +66,7 @@ func TestShippedEgressProfilesStateEveryValue(t *testing.T) {
 	for _, name := range []string{"none", "package-mirror", "web-research"} {
 		file := filepath.Join("egress", name+".yaml")
 		t.Run(name, func(t *testing.T) {
-			data, err := os.ReadFile(file)
-			if err != nil {
-				t.Fatal(err)
-			}
-			root, err := parseDocument(file, data)
-			if err != nil {
-				t.Fatal(err)
-			}
+			root := parseFile(t, file)
 			seen := map[string]bool{}
 			checkComments(t, file, root, "", seen)
 			for _, k := range yamlLeafPaths(reflect.TypeFor[egress.Profile](), "") {

@@ -20,6 +20,21 @@ const minimalSeccomp = `{"defaultAction": "SCMP_ACT_ERRNO", "syscalls": []}`
 // minimal is an exec profile with only the required keys.
 const minimal = "name: default\nimage: img:1\nseccomp: default.json\n"
 
+// parseFile reads and parses a YAML file, which must parse, and returns
+// its document's root.
+func parseFile(t *testing.T, file string) *yaml.Node {
+	t.Helper()
+	data, err := os.ReadFile(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	root, err := parseDocument(file, data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return root
+}
+
 // loadShipped loads the repository's profiles, which must load.
 func loadShipped(t *testing.T) *Set {
 	t.Helper()
@@ -159,14 +174,7 @@ func TestShippedProfilesStateEveryValue(t *testing.T) {
 }
 
 func statesEveryValue(t *testing.T, file string) {
-	data, err := os.ReadFile(file)
-	if err != nil {
-		t.Fatal(err)
-	}
-	root, err := parseDocument(file, data)
-	if err != nil {
-		t.Fatal(err)
-	}
+	root := parseFile(t, file)
 	seen := make(map[string]bool)
 	var walk func(n *yaml.Node, prefix string)
 	walk = func(n *yaml.Node, prefix string) {
