@@ -565,32 +565,33 @@ func (x *run) wantFact(t *testing.T, key, want string) {
 	}
 }
 
+// factInt is the number at the start of the line "KEY value".
 func (x *run) factInt(t *testing.T, key string) int64 {
 	t.Helper()
+	return factNumber(t, x, key, func(s string) (int64, error) { return strconv.ParseInt(s, 10, 64) })
+}
+
+// factFloat is the number at the start of the line "KEY value".
+func (x *run) factFloat(t *testing.T, key string) float64 {
+	t.Helper()
+	return factNumber(t, x, key, func(s string) (float64, error) { return strconv.ParseFloat(s, 64) })
+}
+
+// factNumber parses the first word of the line "KEY value" with parse; a
+// missing line or another word is an error of the test (and 0).
+func factNumber[T any](t *testing.T, x *run, key string, parse func(string) (T, error)) T {
+	t.Helper()
+	var n T
 	v, ok := x.fact(key)
 	if !ok {
 		t.Errorf("no %s line in stdout", key)
-		return 0
+		return n
 	}
-	n, err := strconv.ParseInt(strings.Fields(v + " x")[0], 10, 64)
+	n, err := parse(strings.Fields(v + " x")[0])
 	if err != nil {
 		t.Errorf("%s = %q, not a number", key, v)
 	}
 	return n
-}
-
-func (x *run) factFloat(t *testing.T, key string) float64 {
-	t.Helper()
-	v, ok := x.fact(key)
-	if !ok {
-		t.Errorf("no %s line in stdout", key)
-		return 0
-	}
-	f, err := strconv.ParseFloat(strings.Fields(v + " x")[0], 64)
-	if err != nil {
-		t.Errorf("%s = %q, not a number", key, v)
-	}
-	return f
 }
 
 // ---------------------------------------------------------------------------
