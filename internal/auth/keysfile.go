@@ -17,13 +17,10 @@ import (
 	"github.com/sandboxd/sandboxd/internal/yamlfile"
 )
 
-// Error is a problem in the keys file, as "file:line: problem". Its
-// message never contains a key.
-type Error = yamlfile.Error
-
 // LoadFile reads and validates the keys file at path. The warnings say
 // which entries store a plaintext key; they never contain the key. Any
-// problem makes LoadFile fail with an *Error pointing at its line.
+// problem makes LoadFile fail with a *yamlfile.Error pointing at its line
+// ("file:line: problem"), whose message never contains a key either.
 func LoadFile(path string) (*Keyring, []string, error) {
 	data, err := yamlfile.ReadFile(path, "the keys file")
 	if err != nil {
@@ -40,8 +37,8 @@ type parser struct {
 	file string
 }
 
-func (p *parser) errf(line int, format string, args ...any) *Error {
-	return &Error{File: p.file, Line: line, Msg: fmt.Sprintf(format, args...)}
+func (p *parser) errf(line int, format string, args ...any) *yamlfile.Error {
+	return &yamlfile.Error{File: p.file, Line: line, Msg: fmt.Sprintf(format, args...)}
 }
 
 // parse decodes a keys file. file names it in errors and warnings.
@@ -127,7 +124,7 @@ func (p *parser) document(data []byte) (*yaml.Node, error) {
 	return root, nil
 }
 
-func (p *parser) yamlErr(err error) *Error {
+func (p *parser) yamlErr(err error) *yamlfile.Error {
 	if m := yamlLine.FindStringSubmatch(err.Error()); m != nil {
 		if line, convErr := strconv.Atoi(m[1]); convErr == nil {
 			return p.errf(line, "invalid YAML: %s", m[2])
