@@ -26,7 +26,7 @@ func Main(name, tmpPrefix string, run func(*Suite) int) {
 }
 
 func mainCode(name, tmpPrefix string, run func(*Suite) int) int {
-	s, err := NewSuite(name, tmpPrefix)
+	s, err := newSuite(name, tmpPrefix)
 	if err != nil {
 		return (&Suite{Name: name}).Fatalf("%v", err)
 	}
@@ -34,9 +34,9 @@ func mainCode(name, tmpPrefix string, run func(*Suite) int) int {
 	return run(s)
 }
 
-// NewSuite sets a Suite up; Close undoes it. On an error it undoes what it
+// newSuite sets a Suite up; Close undoes it. On an error it undoes what it
 // did.
-func NewSuite(name, tmpPrefix string) (*Suite, error) {
+func newSuite(name, tmpPrefix string) (*Suite, error) {
 	s := &Suite{Name: name}
 	if err := s.setUp(tmpPrefix); err != nil {
 		s.Close()

@@ -156,7 +156,7 @@ var parserLine = regexp.MustCompile(`^yaml: line (\d+): (.*)$`)
 // token", at times a line off), is named as such with its line and column,
 // every one of them at once.
 func SyntaxError(file string, data []byte, err error) Errors {
-	if tabs := TabErrors(file, data); len(tabs) > 0 {
+	if tabs := tabErrors(file, data); len(tabs) > 0 {
 		return tabs
 	}
 	msg := strings.TrimPrefix(err.Error(), "yaml: ")
@@ -169,14 +169,14 @@ func SyntaxError(file string, data []byte, err error) Errors {
 	return Errors{{File: file, Line: line, Msg: "invalid YAML: " + msg}}
 }
 
-// TabMessage is the problem of a tab in a line's indentation.
-const TabMessage = "tabs are not allowed for indentation in YAML; use spaces"
+// tabMessage is the problem of a tab in a line's indentation.
+const tabMessage = "tabs are not allowed for indentation in YAML; use spaces"
 
-// TabErrors returns an *Error for every line of data whose indentation
+// tabErrors returns an *Error for every line of data whose indentation
 // (the spaces and "- " list markers before its first other character)
 // holds a tab. Lines of a block scalar (after "key: |" or "key: >") that
 // are indented further than its key are content, where tabs are allowed.
-func TabErrors(file string, data []byte) Errors {
+func tabErrors(file string, data []byte) Errors {
 	var out Errors
 	blockIndent := -1 // indentation of the key that opened a block scalar
 	for i, text := range bytes.Split(data, []byte("\n")) {
@@ -189,7 +189,7 @@ func TabErrors(file string, data []byte) Errors {
 			blockIndent = -1
 		}
 		if col := tabInIndent(text); col > 0 {
-			out = append(out, &Error{File: file, Line: i + 1, Column: col, Msg: TabMessage})
+			out = append(out, &Error{File: file, Line: i + 1, Column: col, Msg: tabMessage})
 			continue
 		}
 		if opensBlockScalar(text) {

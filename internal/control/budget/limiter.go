@@ -53,10 +53,10 @@ type Refusal struct {
 
 func (r *Refusal) Error() string { return r.Code + ": " + r.Message }
 
-// MinSliceMS is the least CPU or wall time, in milliseconds, worth starting
+// minSliceMS is the least CPU or wall time, in milliseconds, worth starting
 // a run for: a budget with less left refuses, rather than admitting runs
 // cut to a few milliseconds each.
-const MinSliceMS = 100
+const minSliceMS = 100
 
 // Limiter applies Config. It is safe for concurrent use.
 type Limiter struct {
@@ -91,11 +91,11 @@ type sessionState struct {
 	lastSeen                  time.Time
 }
 
-// New returns a limiter for cfg (nil: Unlimited) that keeps usage in st
+// New returns a limiter for cfg (nil: unlimited) that keeps usage in st
 // (nil: in memory only).
 func New(cfg *Config, st store.Store, log *slog.Logger) *Limiter {
 	if cfg == nil {
-		cfg = Unlimited()
+		cfg = unlimited()
 	}
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
@@ -256,11 +256,11 @@ func (l *Limiter) AdmitExec(ctx context.Context, tenant, session string, timeout
 	if lim.DailyCPUSeconds > 0 {
 		limit := int64(lim.DailyCPUSeconds * 1000)
 		left := limit - ts.used.CPUMillis - ts.reservedCPU
-		if left < MinSliceMS {
+		if left < minSliceMS {
 			r := &Refusal{Code: CodeBudgetExceeded, Budget: TenantDailyCPU, Limit: lim.DailyCPUSeconds, Used: float64(ts.used.CPUMillis) / 1000}
-			if ts.used.CPUMillis+MinSliceMS > limit {
+			if ts.used.CPUMillis+minSliceMS > limit {
 				r.RetryAfter = untilMidnight(now)
-				r.Message = fmt.Sprintf("tenant %s has used %.3g of its %g CPU-seconds for today (%s UTC; less than %d ms is left); the budget resets at 00:00 UTC", tenant, float64(ts.used.CPUMillis)/1000, lim.DailyCPUSeconds, ts.day, MinSliceMS)
+				r.Message = fmt.Sprintf("tenant %s has used %.3g of its %g CPU-seconds for today (%s UTC; less than %d ms is left); the budget resets at 00:00 UTC", tenant, float64(ts.used.CPUMillis)/1000, lim.DailyCPUSeconds, ts.day, minSliceMS)
 			} else {
 				r.RetryAfter = time.Second
 				r.Message = fmt.Sprintf("tenant %s's running execs hold the rest of its %g daily CPU-seconds; retry when they finish", tenant, lim.DailyCPUSeconds)
@@ -321,17 +321,17 @@ type secondsBudget struct {
 }
 
 // sessionLeft returns the milliseconds left of session's budget b, or the
-// refusal when less than MinSliceMS is: for good, or until its running
+// refusal when less than minSliceMS is: for good, or until its running
 // execs finish.
 func sessionLeft(session string, b secondsBudget) (int64, *Refusal) {
 	limit := int64(b.limit * 1000)
 	left := limit - b.usedMS - b.heldMS
-	if left >= MinSliceMS {
+	if left >= minSliceMS {
 		return left, nil
 	}
 	r := &Refusal{Code: CodeBudgetExceeded, Budget: b.name, Limit: b.limit, Used: float64(b.usedMS) / 1000,
-		Message: fmt.Sprintf("session %s has used %.3g of its %g %s (less than %d ms is left); start a new session or finish the task", session, float64(b.usedMS)/1000, b.limit, b.spent, MinSliceMS)}
-	if b.usedMS+MinSliceMS <= limit {
+		Message: fmt.Sprintf("session %s has used %.3g of its %g %s (less than %d ms is left); start a new session or finish the task", session, float64(b.usedMS)/1000, b.limit, b.spent, minSliceMS)}
+	if b.usedMS+minSliceMS <= limit {
 		r.RetryAfter = time.Second
 		r.Message = fmt.Sprintf("session %s's running execs hold the rest of its %g %s; retry when they finish", session, b.limit, b.held)
 	}

@@ -150,14 +150,14 @@ var (
 	ErrHeld = errors.New("capture is under a legal hold")
 	// ErrErased: the capture's content was erased.
 	ErrErased = errors.New("capture was erased")
-	// ErrExists: Put was given the id of a stored capture.
-	ErrExists = errors.New("a capture with this id exists")
-	// ErrCorrupt: a blob does not decode or does not match its digest
+	// errExists: Put was given the id of a stored capture.
+	errExists = errors.New("a capture with this id exists")
+	// errCorrupt: a blob does not decode or does not match its digest
 	// (altered or damaged on disk).
-	ErrCorrupt = errors.New("capture content altered or damaged on disk")
-	// ErrKey: the encryption key is missing, unusable or not the one the
+	errCorrupt = errors.New("capture content altered or damaged on disk")
+	// errKey: the encryption key is missing, unusable or not the one the
 	// store's content was written with.
-	ErrKey = errors.New("capture encryption key")
+	errKey = errors.New("capture encryption key")
 )
 
 var (
@@ -165,18 +165,18 @@ var (
 	namePattern = regexp.MustCompile(`^[a-z0-9._-]{1,64}$`)
 )
 
-// NewID returns a fresh random capture id.
-func NewID() string {
+// newID returns a fresh random capture id.
+func newID() string {
 	var b [16]byte
 	_, _ = rand.Read(b[:])
 	return "cap_" + hex.EncodeToString(b[:])
 }
 
-// ValidID reports whether id has the form of a capture id.
-func ValidID(id string) bool { return idPattern.MatchString(id) }
+// validID reports whether id has the form of a capture id.
+func validID(id string) bool { return idPattern.MatchString(id) }
 
 func check(c *Capture) error {
-	if !ValidID(c.ID) {
+	if !validID(c.ID) {
 		return fmt.Errorf("capture id %q is not of the form cap_ and 32 hex digits", c.ID)
 	}
 	if c.Retention < 0 {
