@@ -1,9 +1,12 @@
 package e2e
 
 import (
+	"context"
 	"fmt"
 	"os"
+	"strings"
 
+	"github.com/docker/docker/api/types/container"
 	"github.com/docker/docker/client"
 )
 
@@ -50,6 +53,28 @@ func newSuite(name, tmpPrefix string) (*Suite, error) {
 func (s *Suite) Fatalf(format string, args ...any) int {
 	fmt.Fprintf(os.Stderr, "\n%s: FATAL: %s\n", s.Name, fmt.Sprintf(format, args...))
 	return 1
+}
+
+// Finish ends a suite whose tests returned code: it stops srv (SIGTERM,
+// ShutdownTimeout), then requires that list finds none of srv's
+// containers left within FinalCleanupTimeout, and on any failure prints
+// srv's last log lines. It returns code, or 1 when the shutdown failed.
+func (s *Suite) Finish(code int, srv *Server, list func(context.Context) ([]container.Summary, error)) int {
+	if err := srv.Stop(ShutdownTimeout); err != nil {
+		fmt.Fprintf(os.Stderr, "%s: FAIL: %v\n", s.Name, err)
+		code = 1
+	}
+	if left := WaitGone(FinalCleanupTimeout, list, Any); len(left) > 0 {
+		fmt.Fprintf(os.Stderr, "%s: FAIL: %d container(s) of the suite's server remain %v after it exited on SIGTERM: %s\n",
+			s.Name, len(left), FinalCleanupTimeout, strings.Join(left, ", "))
+		code = 1
+	} else {
+		fmt.Fprintf(os.Stderr, "%s: no container of the suite's server remains after shutdown\n", s.Name)
+	}
+	if code != 0 {
+		fmt.Fprintf(os.Stderr, "\n--- last lines of sandboxd's output ---\n%s\n", srv.Log.Tail(80))
+	}
+	return code
 }
 
 func (s *Suite) setUp(tmpPrefix string) error {
