@@ -57,9 +57,10 @@ func (s *Suite) Fatalf(format string, args ...any) int {
 
 // Finish ends a suite whose tests returned code: it stops srv (SIGTERM,
 // ShutdownTimeout), then requires that list finds none of srv's
-// containers left within FinalCleanupTimeout, and on any failure prints
-// srv's last log lines. It returns code, or 1 when the shutdown failed.
-func (s *Suite) Finish(code int, srv *Server, list func(context.Context) ([]container.Summary, error)) int {
+// containers left within FinalCleanupTimeout and that each of the checks
+// after returns nil, and on any failure prints srv's last log lines. It
+// returns code, or 1 when the shutdown failed.
+func (s *Suite) Finish(code int, srv *Server, list func(context.Context) ([]container.Summary, error), after ...func() error) int {
 	if err := srv.Stop(ShutdownTimeout); err != nil {
 		fmt.Fprintf(os.Stderr, "%s: FAIL: %v\n", s.Name, err)
 		code = 1
@@ -70,6 +71,12 @@ func (s *Suite) Finish(code int, srv *Server, list func(context.Context) ([]cont
 		code = 1
 	} else {
 		fmt.Fprintf(os.Stderr, "%s: no container of the suite's server remains after shutdown\n", s.Name)
+	}
+	for _, check := range after {
+		if err := check(); err != nil {
+			fmt.Fprintf(os.Stderr, "%s: FAIL: %v\n", s.Name, err)
+			code = 1
+		}
 	}
 	if code != 0 {
 		fmt.Fprintf(os.Stderr, "\n--- last lines of sandboxd's output ---\n%s\n", srv.Log.Tail(80))
