@@ -161,6 +161,19 @@ func envDuration(name string, def time.Duration) time.Duration {
 	return envParsed(name, def, time.ParseDuration, "a duration such as 30s")
 }
 
+// perProfile is a gauge of count i of the per-profile pairs stats
+// returns (the pool's ready and starting sandboxes, the cell hosts' busy
+// and idle ones), read at each scrape.
+func perProfile(stats func() map[string][2]int, i int) func() map[string]float64 {
+	return func() map[string]float64 {
+		out := map[string]float64{}
+		for profile, n := range stats() {
+			out[profile] = float64(n[i])
+		}
+		return out
+	}
+}
+
 func parseServe(args []string, stderr io.Writer) (*serveConfig, error) {
 	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
 	fs.SetOutput(stderr)
@@ -381,28 +394,10 @@ func serveWith(cfg *serveConfig, log *slog.Logger, console io.Writer) error {
 	eside.record.Store(&recordEgress)
 	srv.Metrics().CounterFunc("sandboxd_reaper_removed_total", "Containers of this instance the reaper removed because no run owned them.",
 		func() float64 { return float64(eng.Reaped()) })
-	poolGauge := func(i int) func() map[string]float64 {
-		return func() map[string]float64 {
-			out := map[string]float64{}
-			for profile, n := range eng.PoolStats() {
-				out[profile] = float64(n[i])
-			}
-			return out
-		}
-	}
-	srv.Metrics().GaugesByLabel("sandboxd_pool_ready", "Started sandboxes waiting in the warm pool for a job, per exec profile.", "profile", poolGauge(0))
-	srv.Metrics().GaugesByLabel("sandboxd_pool_starting", "Sandboxes being started for the warm pool, per exec profile.", "profile", poolGauge(1))
-	cellGauge := func(i int) func() map[string]float64 {
-		return func() map[string]float64 {
-			out := map[string]float64{}
-			for profile, n := range eng.CellHosts() {
-				out[profile] = float64(n[i])
-			}
-			return out
-		}
-	}
-	srv.Metrics().GaugesByLabel("sandboxd_cell_hosts_busy", "Cell hosts running a run or building their next cell, per exec profile (isolation: cell).", "profile", cellGauge(0))
-	srv.Metrics().GaugesByLabel("sandboxd_cell_hosts_idle", "Cell hosts with a built cell waiting for a run, per exec profile (isolation: cell).", "profile", cellGauge(1))
+	srv.Metrics().GaugesByLabel("sandboxd_pool_ready", "Started sandboxes waiting in the warm pool for a job, per exec profile.", "profile", perProfile(eng.PoolStats, 0))
+	srv.Metrics().GaugesByLabel("sandboxd_pool_starting", "Sandboxes being started for the warm pool, per exec profile.", "profile", perProfile(eng.PoolStats, 1))
+	srv.Metrics().GaugesByLabel("sandboxd_cell_hosts_busy", "Cell hosts running a run or building their next cell, per exec profile (isolation: cell).", "profile", perProfile(eng.CellHosts, 0))
+	srv.Metrics().GaugesByLabel("sandboxd_cell_hosts_idle", "Cell hosts with a built cell waiting for a run, per exec profile (isolation: cell).", "profile", perProfile(eng.CellHosts, 1))
 	ln, err := net.Listen("tcp", cfg.addr)
 	if err != nil {
 		return fmt.Errorf("listening on %s: %w", cfg.addr, err)
