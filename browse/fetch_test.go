@@ -245,12 +245,20 @@ func TestFetchRedirects(t *testing.T) {
 	}
 }
 
-func gz(b []byte) []byte {
+// compress returns b written through the compressor w makes.
+func compress(b []byte, w func(io.Writer) io.WriteCloser) []byte {
 	var buf bytes.Buffer
-	w, _ := gzip.NewWriterLevel(&buf, gzip.BestCompression)
-	w.Write(b)
-	w.Close()
+	c := w(&buf)
+	c.Write(b)
+	c.Close()
 	return buf.Bytes()
+}
+
+func gz(b []byte) []byte {
+	return compress(b, func(w io.Writer) io.WriteCloser {
+		c, _ := gzip.NewWriterLevel(w, gzip.BestCompression)
+		return c
+	})
 }
 
 func TestFetchEncodings(t *testing.T) {
@@ -258,25 +266,16 @@ func TestFetchEncodings(t *testing.T) {
 	enc := map[string]func([]byte) []byte{
 		"gzip": gz,
 		"deflate": func(b []byte) []byte {
-			var buf bytes.Buffer
-			w := zlib.NewWriter(&buf)
-			w.Write(b)
-			w.Close()
-			return buf.Bytes()
+			return compress(b, func(w io.Writer) io.WriteCloser { return zlib.NewWriter(w) })
 		},
 		"rawdeflate": func(b []byte) []byte {
-			var buf bytes.Buffer
-			w, _ := flate.NewWriter(&buf, flate.BestCompression)
-			w.Write(b)
-			w.Close()
-			return buf.Bytes()
+			return compress(b, func(w io.Writer) io.WriteCloser {
+				c, _ := flate.NewWriter(w, flate.BestCompression)
+				return c
+			})
 		},
 		"br": func(b []byte) []byte {
-			var buf bytes.Buffer
-			w := brotli.NewWriter(&buf)
-			w.Write(b)
-			w.Close()
-			return buf.Bytes()
+			return compress(b, func(w io.Writer) io.WriteCloser { return brotli.NewWriter(w) })
 		},
 	}
 	u := newUpstream(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {

@@ -199,36 +199,46 @@ func (c *Client) send(ctx context.Context, method, path string, query url.Values
 // with returned files can be large).
 const maxAnswer = 256 << 20
 
-// do sends in as JSON (nil: no body) and decodes a 2xx answer into out
-// (nil: discarded). Any other answer is an *Error.
-func (c *Client) do(ctx context.Context, method, path string, query url.Values, in, out any, opts []CallOption) (int, error) {
-	var body []byte
-	if in != nil {
-		b, err := json.Marshal(in)
-		if err != nil {
-			return 0, fmt.Errorf("client: %s %s: encoding the request: %w", method, path, err)
-		}
-		body = b
-	}
+// exchange sends a request (body nil: none), records its response for
+// ResponseInto and reads the answer, up to maxAnswer bytes.
+func (c *Client) exchange(ctx context.Context, method, path string, query url.Values, body []byte, opts []CallOption) (*http.Response, []byte, error) {
 	resp, cl, err := c.send(ctx, method, path, query, body, opts)
 	if err != nil {
-		return 0, err
+		return nil, nil, err
 	}
 	defer resp.Body.Close()
 	cl.record(resp)
 	raw, err := io.ReadAll(io.LimitReader(resp.Body, maxAnswer))
 	if err != nil {
-		return resp.StatusCode, fmt.Errorf("client: %s %s: reading the answer: %w", method, path, err)
+		return nil, nil, fmt.Errorf("client: %s %s: reading the answer: %w", method, path, err)
+	}
+	return resp, raw, nil
+}
+
+// do sends in as JSON (nil: no body) and decodes a 2xx answer into out
+// (nil: discarded). Any other answer is an *Error.
+func (c *Client) do(ctx context.Context, method, path string, query url.Values, in, out any, opts []CallOption) error {
+	var body []byte
+	if in != nil {
+		b, err := json.Marshal(in)
+		if err != nil {
+			return fmt.Errorf("client: %s %s: encoding the request: %w", method, path, err)
+		}
+		body = b
+	}
+	resp, raw, err := c.exchange(ctx, method, path, query, body, opts)
+	if err != nil {
+		return err
 	}
 	if resp.StatusCode < 200 || resp.StatusCode > 299 {
-		return resp.StatusCode, errorOf(resp, raw)
+		return errorOf(resp, raw)
 	}
 	if out != nil {
 		if err := json.Unmarshal(raw, out); err != nil {
-			return resp.StatusCode, fmt.Errorf("client: %s %s: decoding the answer (HTTP %d): %w", method, path, resp.StatusCode, err)
+			return fmt.Errorf("client: %s %s: decoding the answer (HTTP %d): %w", method, path, resp.StatusCode, err)
 		}
 	}
-	return resp.StatusCode, nil
+	return nil
 }
 
 // Exec runs code and waits for the result (POST /exec). The result is a
@@ -364,13 +374,7 @@ type ApprovalFilter struct {
 
 // Approvals lists egress approval requests and decisions (GET /approvals).
 func (c *Client) Approvals(ctx context.Context, f ApprovalFilter, opts ...CallOption) (*api.ApprovalList, error) {
-	q := url.Values{}
-	setIf(q, "status", f.Status)
-	setIf(q, "profile", f.Profile)
-	setIf(q, "host", f.Host)
-	if f.Limit > 0 {
-		q.Set("limit", strconv.Itoa(f.Limit))
-	}
+	q := filterQuery(map[string]string{"status": f.Status, "profile": f.Profile, "host": f.Host}, f.Limit)
 	return decodeCall[api.ApprovalList](ctx, c, http.MethodGet, "/approvals", q, nil, opts)
 }
 
@@ -406,13 +410,7 @@ type CaptureFilter struct {
 
 // Captures lists capture metadata, newest first (GET /captures).
 func (c *Client) Captures(ctx context.Context, f CaptureFilter, opts ...CallOption) (*api.CapturePage, error) {
-	q := url.Values{}
-	setIf(q, "tenant", f.Tenant)
-	setIf(q, "kind", f.Kind)
-	setIf(q, "cursor", f.Cursor)
-	if f.Limit > 0 {
-		q.Set("limit", strconv.Itoa(f.Limit))
-	}
+	q := filterQuery(map[string]string{"tenant": f.Tenant, "kind": f.Kind, "cursor": f.Cursor}, f.Limit)
 	return decodeCall[api.CapturePage](ctx, c, http.MethodGet, "/captures", q, nil, opts)
 }
 
@@ -458,8 +456,7 @@ func (c *Client) HoldTenant(ctx context.Context, tenant string, on bool, reason 
 
 // Healthz checks that the process is alive (GET /healthz).
 func (c *Client) Healthz(ctx context.Context, opts ...CallOption) error {
-	_, err := c.do(ctx, http.MethodGet, "/healthz", nil, nil, nil, opts)
-	return err
+	return c.do(ctx, http.MethodGet, "/healthz", nil, nil, nil, opts)
 }
 
 // Readiness is the body of GET /readyz.
@@ -479,15 +476,9 @@ const CodeNotReady = "NOT_READY"
 // returns the checks and an *Error with Status 503 and Code NOT_READY
 // naming the failed checks.
 func (c *Client) Readyz(ctx context.Context, opts ...CallOption) (*Readiness, error) {
-	resp, cl, err := c.send(ctx, http.MethodGet, "/readyz", nil, nil, opts)
+	resp, raw, err := c.exchange(ctx, http.MethodGet, "/readyz", nil, nil, opts)
 	if err != nil {
 		return nil, err
-	}
-	defer resp.Body.Close()
-	cl.record(resp)
-	raw, err := io.ReadAll(io.LimitReader(resp.Body, maxAnswer))
-	if err != nil {
-		return nil, fmt.Errorf("client: GET /readyz: %w", err)
 	}
 	var r Readiness
 	if jerr := json.Unmarshal(raw, &r); jerr != nil || r.Status == "" {
@@ -513,7 +504,7 @@ func (c *Client) Readyz(ctx context.Context, opts ...CallOption) (*Readiness, er
 // description, input_schema} (GET /tools).
 func (c *Client) Tools(ctx context.Context, opts ...CallOption) ([]api.ToolDefinition, error) {
 	var out api.ToolList
-	if _, err := c.do(ctx, http.MethodGet, "/tools", nil, nil, &out, opts); err != nil {
+	if err := c.do(ctx, http.MethodGet, "/tools", nil, nil, &out, opts); err != nil {
 		return nil, err
 	}
 	return out.Tools, nil
@@ -523,7 +514,7 @@ func (c *Client) Tools(ctx context.Context, opts ...CallOption) ([]api.ToolDefin
 // anthropic, openai or mcp.
 func (c *Client) ToolsJSON(ctx context.Context, format string, opts ...CallOption) (json.RawMessage, error) {
 	var out json.RawMessage
-	if _, err := c.do(ctx, http.MethodGet, "/tools", url.Values{"format": {format}}, nil, &out, opts); err != nil {
+	if err := c.do(ctx, http.MethodGet, "/tools", url.Values{"format": {format}}, nil, &out, opts); err != nil {
 		return nil, err
 	}
 	return out, nil
@@ -542,15 +533,9 @@ func (c *Client) Metrics(ctx context.Context, opts ...CallOption) (string, error
 
 // bytes GETs a non-JSON answer.
 func (c *Client) bytes(ctx context.Context, path string, q url.Values, opts []CallOption) ([]byte, error) {
-	resp, cl, err := c.send(ctx, http.MethodGet, path, q, nil, opts)
+	resp, raw, err := c.exchange(ctx, http.MethodGet, path, q, nil, opts)
 	if err != nil {
 		return nil, err
-	}
-	defer resp.Body.Close()
-	cl.record(resp)
-	raw, err := io.ReadAll(io.LimitReader(resp.Body, maxAnswer))
-	if err != nil {
-		return nil, fmt.Errorf("client: GET %s: %w", path, err)
 	}
 	if resp.StatusCode != http.StatusOK {
 		return nil, errorOf(resp, raw)
@@ -558,16 +543,25 @@ func (c *Client) bytes(ctx context.Context, path string, q url.Values, opts []Ca
 	return raw, nil
 }
 
-func setIf(q url.Values, name, v string) {
-	if v != "" {
-		q.Set(name, v)
+// filterQuery is a list filter as a query: the fields that are set, and
+// limit when above 0.
+func filterQuery(fields map[string]string, limit int) url.Values {
+	q := url.Values{}
+	for name, v := range fields {
+		if v != "" {
+			q.Set(name, v)
+		}
 	}
+	if limit > 0 {
+		q.Set("limit", strconv.Itoa(limit))
+	}
+	return q
 }
 
 // decodeCall does one request and decodes the answer into a new T.
 func decodeCall[T any](ctx context.Context, c *Client, method, path string, q url.Values, body any, opts []CallOption) (*T, error) {
 	var out T
-	if _, err := c.do(ctx, method, path, q, body, &out, opts); err != nil {
+	if err := c.do(ctx, method, path, q, body, &out, opts); err != nil {
 		return nil, err
 	}
 	return &out, nil

@@ -356,3 +356,44 @@ func TestServiceEndpoints(t *testing.T) {
 		t.Fatalf("cancelled: %v", err)
 	}
 }
+
+// recorder is an http.RoundTripper that keeps the requests it passes on.
+type recorder struct {
+	next http.RoundTripper
+	reqs []*http.Request
+}
+
+func (r *recorder) RoundTrip(req *http.Request) (*http.Response, error) {
+	r.reqs = append(r.reqs, req)
+	return r.next.RoundTrip(req)
+}
+
+// WithHTTPClient's client carries every call, and WithHeader's header goes
+// with each of them (a call's own Header wins over it).
+func TestHTTPClientAndHeaderOptions(t *testing.T) {
+	s := apitest.New(t, nil)
+	rec := &recorder{next: http.DefaultTransport}
+	c := newClient(t, s, apitest.AgentKey, client.WithHTTPClient(&http.Client{Transport: rec}),
+		client.WithHeader("X-Request-Id", "opt-1"), client.WithUserAgent("agent-loop/1"))
+	var meta client.ResponseMeta
+	if err := c.Healthz(ctx(t), client.ResponseInto(&meta)); err != nil {
+		t.Fatal(err)
+	}
+	if meta.RequestID != "opt-1" {
+		t.Errorf("X-Request-Id answered %q, want the header WithHeader set", meta.RequestID)
+	}
+	if _, err := c.Tools(ctx(t), client.Header("X-Request-Id", "call-2")); err != nil {
+		t.Fatal(err)
+	}
+	if len(rec.reqs) != 2 {
+		t.Fatalf("%d requests went through WithHTTPClient's client, want 2", len(rec.reqs))
+	}
+	for i, want := range []string{"opt-1", "call-2"} {
+		if got := rec.reqs[i].Header.Get("X-Request-Id"); got != want {
+			t.Errorf("request %d: X-Request-Id %q, want %q", i, got, want)
+		}
+		if ua := rec.reqs[i].Header.Get("User-Agent"); ua != "agent-loop/1" {
+			t.Errorf("request %d: User-Agent %q", i, ua)
+		}
+	}
+}

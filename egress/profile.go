@@ -69,40 +69,41 @@ type Rule struct {
 
 // Profile is one egress profile. Build it with Defaults, fill it (the
 // profiles loader decodes YAML into it) and call Compile before use; treat
-// it as read-only afterwards.
+// it as read-only afterwards. The JSON names are what Version hashes:
+// renaming one changes every profile's version.
 type Profile struct {
-	Name        string `yaml:"name"`
-	Description string `yaml:"description"`
-	Mode        Mode   `yaml:"mode"`
-	Allow       []Rule `yaml:"allow"`
+	Name        string `yaml:"name" json:"name"`
+	Description string `yaml:"description" json:"description"`
+	Mode        Mode   `yaml:"mode" json:"mode"`
+	Allow       []Rule `yaml:"allow" json:"allow"`
 	// Deny rules win over allow rules.
-	Deny []Rule `yaml:"deny"`
+	Deny []Rule `yaml:"deny" json:"deny"`
 	// AllowCIDRs open always-denied address ranges (netpolicy.Ranges) that
 	// they contain; a metadata address only by naming exactly it (/32,
 	// /128). They do not allow any host: rules still must.
-	AllowCIDRs []string `yaml:"allow_cidrs"`
+	AllowCIDRs []string `yaml:"allow_cidrs" json:"allow_cidrs"`
 	// MaxResponseBytes caps a response body (and the bytes down a tunnel).
-	MaxResponseBytes int64 `yaml:"max_response_bytes"`
+	MaxResponseBytes int64 `yaml:"max_response_bytes" json:"max_response_bytes"`
 	// MaxRequestBytes caps a request body (and the bytes up a tunnel).
-	MaxRequestBytes int64 `yaml:"max_request_bytes"`
+	MaxRequestBytes int64 `yaml:"max_request_bytes" json:"max_request_bytes"`
 	// ConnectTimeout bounds the TCP connect to the checked address.
-	ConnectTimeout time.Duration `yaml:"connect_timeout"`
+	ConnectTimeout time.Duration `yaml:"connect_timeout" json:"connect_timeout_ns"`
 	// TotalTimeout bounds a request from its decision to its last byte,
 	// and the lifetime of a tunnel.
-	TotalTimeout time.Duration `yaml:"total_timeout"`
+	TotalTimeout time.Duration `yaml:"total_timeout" json:"total_timeout_ns"`
 	// RequestsPerMinute caps requests (and tunnels) per client.
-	RequestsPerMinute int `yaml:"requests_per_minute"`
+	RequestsPerMinute int `yaml:"requests_per_minute" json:"requests_per_minute"`
 	// Redact adds secret patterns to the built-in ones for what POST /fetch
 	// returns under this profile (redact.Rule: type, keywords, regex).
-	Redact []redact.Rule `yaml:"redact"`
+	Redact []redact.Rule `yaml:"redact" json:"redact"`
 	// CaptureRetentionDays is how long a fetch's capture is kept; 0 keeps
 	// it until it is erased.
-	CaptureRetentionDays int64 `yaml:"capture_retention_days"`
+	CaptureRetentionDays int64 `yaml:"capture_retention_days" json:"capture_retention_days"`
 
 	// Version is the sha256 (hex) of the normalised profile; set by Compile.
-	Version string `yaml:"-"`
+	Version string `yaml:"-" json:"-"`
 	// Source is the file the profile came from; set by the loader.
-	Source string `yaml:"-"`
+	Source string `yaml:"-" json:"-"`
 
 	compiled *compiled
 }
@@ -509,35 +510,12 @@ func defaultMethodsText(allow bool) string {
 // Compiled reports whether Compile succeeded on p.
 func (p *Profile) Compiled() bool { return p != nil && p.compiled != nil }
 
-// profileCanon has exactly the fields of Profile (the conversion in version
-// does not compile otherwise, so a new field cannot be left out of the
-// version) with JSON names fixed here.
-type profileCanon struct {
-	Name                 string        `json:"name"`
-	Description          string        `json:"description"`
-	Mode                 Mode          `json:"mode"`
-	Allow                []Rule        `json:"allow"`
-	Deny                 []Rule        `json:"deny"`
-	AllowCIDRs           []string      `json:"allow_cidrs"`
-	MaxResponseBytes     int64         `json:"max_response_bytes"`
-	MaxRequestBytes      int64         `json:"max_request_bytes"`
-	ConnectTimeout       time.Duration `json:"connect_timeout_ns"`
-	TotalTimeout         time.Duration `json:"total_timeout_ns"`
-	RequestsPerMinute    int           `json:"requests_per_minute"`
-	Redact               []redact.Rule `json:"redact"`
-	CaptureRetentionDays int64         `json:"capture_retention_days"`
-	Version              string        `json:"-"`
-	Source               string        `json:"-"`
-	compiled             *compiled
-}
-
 // version is the sha256 (hex) of the profile's values after defaults and
 // normalisation, marshalled as JSON. YAML comments, layout, key order and
 // spelling of equivalent values (upper-case hosts, a trailing dot) do not
 // change it; any effective value does.
 func version(p *Profile) string {
-	c := profileCanon(*p)
-	b, err := json.Marshal(c)
+	b, err := json.Marshal(p)
 	if err != nil {
 		panic("egress: marshalling profile for its version: " + err.Error())
 	}

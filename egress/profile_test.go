@@ -14,6 +14,8 @@ import (
 	"time"
 
 	"github.com/sandboxd/sandboxd/egress"
+	"github.com/sandboxd/sandboxd/egress/egresstest"
+	"github.com/sandboxd/sandboxd/redact"
 )
 
 func TestCompileErrors(t *testing.T) {
@@ -125,21 +127,7 @@ func TestLimiter(t *testing.T) {
 }
 
 func TestDialerDialsTheCheckedAddressOnly(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			c.Close()
-		}
-	}()
-	port := uint16(ln.Addr().(*net.TCPAddr).Port)
+	port := uint16(egresstest.Upstream(t, func(c net.Conn) { c.Close() }))
 	res := testResolver()
 	res.Set("up.mirror.test", "127.0.0.1")
 	checker := &egress.Checker{Resolver: res}
@@ -189,23 +177,11 @@ func TestDialerDialsTheCheckedAddressOnly(t *testing.T) {
 // the unspecified address at any port, allow_cidrs or not, and names
 // sandboxd's listener when the port is one of its own.
 func TestDialerRefusesUnspecified(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
 	var accepted atomic.Int32
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			accepted.Add(1)
-			c.Close()
-		}
-	}()
-	port := uint16(ln.Addr().(*net.TCPAddr).Port)
+	port := uint16(egresstest.Upstream(t, func(c net.Conn) {
+		accepted.Add(1)
+		c.Close()
+	}))
 	zero := netip.AddrPortFrom(netip.IPv4Unspecified(), port)
 	// The threat: a plain dial of 0.0.0.0 reaches the loopback listener.
 	if c, err := net.DialTimeout("tcp4", zero.String(), 2*time.Second); err == nil {
@@ -246,5 +222,26 @@ func TestDialerRefusesUnspecified(t *testing.T) {
 	time.Sleep(50 * time.Millisecond)
 	if n := accepted.Load() - before; n != 0 {
 		t.Errorf("refused dials reached the listener %d times", n)
+	}
+}
+
+// The version of a profile is its JSON encoding's hash; audit records and
+// decisions carry it, so the encoding (field names included) must not
+// change by accident. Every field is set here, defaults aside.
+func TestVersionEncodingIsStable(t *testing.T) {
+	p := egress.Profile{
+		Name: "pin", Description: "pinned", Mode: egress.ModeReport,
+		Allow:      []egress.Rule{{Name: "a", Hosts: []string{"a.example"}, Ports: []int{443}, Methods: []string{"GET"}}},
+		Deny:       []egress.Rule{{Hosts: []string{"b.example"}}},
+		AllowCIDRs: []string{"10.1.0.0/16"}, MaxResponseBytes: 1000, MaxRequestBytes: 10,
+		ConnectTimeout: time.Second, TotalTimeout: 2 * time.Second, RequestsPerMinute: 7,
+		Redact:               []redact.Rule{{Type: "ticket", Keywords: []string{"tkt-"}, Regex: `TKT-[0-9]{6}`}},
+		CaptureRetentionDays: 3,
+	}
+	if err := p.Compile(); err != nil {
+		t.Fatal(err)
+	}
+	if want := "c3c8270552c3f1d1cffa45b01e42ff27201eb56a1a307e962d6424bf3977990d"; p.Version != want {
+		t.Errorf("version %s, want %s", p.Version, want)
 	}
 }

@@ -8,8 +8,8 @@
 // idempotency, the loop guard, redaction), so a tool behaves exactly as the
 // endpoint does. Where the requests go is the Backend's business: the
 // service's /mcp endpoint calls its own handler in-process with the
-// caller's key (api/agent.go); `sandboxd mcp` calls a running sandboxd
-// over HTTP through the client package (cmd/sandboxd/mcp.go).
+// caller's key (internal/httpapi/agent.go); `sandboxd mcp` calls a running
+// sandboxd over HTTP through the client package (cmd/sandboxd/mcp.go).
 //
 // Results: run_python returns the run's status, output and files as text
 // and the whole /exec response as structured content; fetch_url returns
@@ -20,8 +20,10 @@
 // do, with the API's error body as structured content, so that a model
 // can correct its call.
 //
-// This package does not import api (api imports it for /mcp): it reads the
-// few response fields it renders from the JSON.
+// It reads the few response fields it renders from the JSON into views of
+// its own rather than the api package's types, so that a response whose
+// other fields differ (a sandboxd of another version behind `sandboxd
+// mcp`) still renders.
 package mcpserver
 
 import (

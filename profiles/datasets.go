@@ -9,6 +9,8 @@ import (
 	"regexp"
 	"slices"
 	"strings"
+
+	"github.com/sandboxd/sandboxd/internal/yamlfile"
 )
 
 // Dataset is a directory on the host that execs may mount read-only at
@@ -36,12 +38,7 @@ var tenantRe = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._@-]{0,63}$`)
 
 // DatasetNames returns the dataset names, sorted.
 func (s *Set) DatasetNames() []string {
-	names := make([]string, 0, len(s.Datasets))
-	for n := range s.Datasets {
-		names = append(names, n)
-	}
-	slices.Sort(names)
-	return names
+	return sortedNames(s.Datasets)
 }
 
 // loadDatasets reads datasets/*.yaml under dir (none when the dir is
@@ -56,7 +53,7 @@ func loadDatasets(dir string) (map[string]*Dataset, Errors) {
 		return out, nil
 	}
 	if err != nil {
-		return out, Errors{{File: dsDir, Msg: fmt.Sprintf("cannot read the datasets dir: %v", unwrapPath(err))}}
+		return out, Errors{{File: dsDir, Msg: fmt.Sprintf("cannot read the datasets dir: %v", yamlfile.StripPath(err))}}
 	}
 	var errs Errors
 	for _, f := range readYAMLFiles(dsDir, entries, "datasets", "dataset") {

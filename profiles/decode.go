@@ -443,7 +443,7 @@ func readYAMLFiles(dir string, entries []os.DirEntry, kind, item string) []yamlF
 		}
 		data, err := os.ReadFile(file)
 		if err != nil {
-			out = append(out, yamlFile{path: file, err: &Error{File: file, Msg: fmt.Sprintf("cannot read %s: %v", item, unwrapPath(err))}})
+			out = append(out, yamlFile{path: file, err: &Error{File: file, Msg: fmt.Sprintf("cannot read %s: %v", item, yamlfile.StripPath(err))}})
 			continue
 		}
 		out = append(out, yamlFile{path: file, data: data})

@@ -14,16 +14,12 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/sandboxd/sandboxd/egress"
+	"github.com/sandboxd/sandboxd/internal/yamlfile"
 )
 
 // EgressNames returns the egress profile names, sorted.
 func (s *Set) EgressNames() []string {
-	names := make([]string, 0, len(s.Egress))
-	for n := range s.Egress {
-		names = append(names, n)
-	}
-	slices.Sort(names)
-	return names
+	return sortedNames(s.Egress)
 }
 
 // loadEgress reads and validates every egress/*.yaml file under dir (see
@@ -39,7 +35,7 @@ func loadEgress(dir string) (map[string]*egress.Profile, []string, []Warning, Er
 	var errs Errors
 	entries, err := os.ReadDir(egressDir)
 	if err != nil && !errors.Is(err, os.ErrNotExist) {
-		errs = append(errs, &Error{File: egressDir, Msg: fmt.Sprintf("cannot read the egress profiles dir: %v", unwrapPath(err))})
+		errs = append(errs, &Error{File: egressDir, Msg: fmt.Sprintf("cannot read the egress profiles dir: %v", yamlfile.StripPath(err))})
 	}
 	var names []string
 	var warnings []Warning
@@ -71,7 +67,7 @@ func loadEgress(dir string) (map[string]*egress.Profile, []string, []Warning, Er
 func LoadEgressFile(file string) (*egress.Profile, []Warning, error) {
 	data, err := os.ReadFile(file)
 	if err != nil {
-		return nil, nil, Errors{{File: file, Msg: fmt.Sprintf("cannot read the egress profile: %v", unwrapPath(err))}}
+		return nil, nil, Errors{{File: file, Msg: fmt.Sprintf("cannot read the egress profile: %v", yamlfile.StripPath(err))}}
 	}
 	if filepath.Ext(file) != ".yaml" {
 		return nil, nil, Errors{{File: file, Msg: "egress profiles must end in .yaml"}}

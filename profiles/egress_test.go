@@ -3,7 +3,6 @@ package profiles
 import (
 	"context"
 	"encoding/hex"
-	"os"
 	"path/filepath"
 	"reflect"
 	"strings"
@@ -16,10 +15,7 @@ import (
 )
 
 func TestLoadShippedEgressProfiles(t *testing.T) {
-	set, err := Load(".")
-	if err != nil {
-		t.Fatalf("shipped profiles do not load: %v", err)
-	}
+	set := loadShipped(t)
 	if got := set.EgressNames(); !reflect.DeepEqual(got, []string{"none", "package-mirror", "web-research"}) {
 		t.Fatalf("EgressNames() = %v", got)
 	}
@@ -70,14 +66,7 @@ func TestShippedEgressProfilesStateEveryValue(t *testing.T) {
 	for _, name := range []string{"none", "package-mirror", "web-research"} {
 		file := filepath.Join("egress", name+".yaml")
 		t.Run(name, func(t *testing.T) {
-			data, err := os.ReadFile(file)
-			if err != nil {
-				t.Fatal(err)
-			}
-			root, err := parseDocument(file, data)
-			if err != nil {
-				t.Fatal(err)
-			}
+			root := parseFile(t, file)
 			seen := map[string]bool{}
 			checkComments(t, file, root, "", seen)
 			for _, k := range yamlLeafPaths(reflect.TypeFor[egress.Profile](), "") {

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"maps"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -14,7 +15,7 @@ import (
 	"strings"
 
 	"github.com/sandboxd/sandboxd/egress"
-	"github.com/sandboxd/sandboxd/redact"
+	"github.com/sandboxd/sandboxd/internal/yamlfile"
 )
 
 // DefaultName is the exec profile used when a request names none. Every
@@ -44,12 +45,7 @@ type Set struct {
 
 // Names returns the exec profile names, sorted.
 func (s *Set) Names() []string {
-	names := make([]string, 0, len(s.Exec))
-	for n := range s.Exec {
-		names = append(names, n)
-	}
-	slices.Sort(names)
-	return names
+	return sortedNames(s.Exec)
 }
 
 // Report is what Check finds in a profiles dir: every problem of every
@@ -120,7 +116,7 @@ func loadExec(dir string) (map[string]*Exec, []string, Errors) {
 	out := make(map[string]*Exec)
 	entries, err := os.ReadDir(execDir)
 	if err != nil {
-		return out, nil, Errors{{File: execDir, Msg: fmt.Sprintf("cannot read the exec profiles dir: %v; the profiles dir must hold exec/default.yaml", unwrapPath(err))}}
+		return out, nil, Errors{{File: execDir, Msg: fmt.Sprintf("cannot read the exec profiles dir: %v; the profiles dir must hold exec/default.yaml", yamlfile.StripPath(err))}}
 	}
 	seccomp := seccompLoader(filepath.Join(dir, "seccomp"))
 	var errs Errors
@@ -201,7 +197,7 @@ func parseExec(file string, data []byte, seccomp seccompSource) (*Exec, Errors) 
 		case errors.Is(err, fs.ErrNotExist):
 			d.problem("seccomp", "seccomp file %q does not exist in the seccomp/ dir; add it or name an existing one", e.Seccomp)
 		default:
-			d.problem("seccomp", "cannot read seccomp file %q: %v", e.Seccomp, unwrapPath(err))
+			d.problem("seccomp", "cannot read seccomp file %q: %v", e.Seccomp, yamlfile.StripPath(err))
 		}
 	}
 	if len(d.errs) > 0 || len(other) > 0 {
@@ -213,43 +209,11 @@ func parseExec(file string, data []byte, seccomp seccompSource) (*Exec, Errors) 
 	return &e, nil
 }
 
-// unwrapPath drops the path from *fs.PathError, which Error already names.
-func unwrapPath(err error) error {
-	var pe *fs.PathError
-	if errors.As(err, &pe) {
-		return pe.Err
-	}
-	return err
-}
-
-// execCanon has exactly the fields of Exec (the conversion in version does
-// not compile otherwise, so a new field cannot be left out of the version)
-// with JSON names fixed here, independent of any tags Exec may grow.
-type execCanon struct {
-	Name                 string        `json:"name"`
-	Description          string        `json:"description"`
-	Image                string        `json:"image"`
-	Runtime              string        `json:"runtime"`
-	User                 string        `json:"user"`
-	Seccomp              string        `json:"seccomp"`
-	Egress               string        `json:"egress"`
-	Isolation            string        `json:"isolation"`
-	Cell                 CellLimits    `json:"cell"`
-	Limits               Limits        `json:"limits"`
-	Files                FileLimits    `json:"files"`
-	MaxCodeBytes         int64         `json:"max_code_bytes"`
-	MaxStdinBytes        int64         `json:"max_stdin_bytes"`
-	Nofile               int64         `json:"nofile"`
-	FileSizeMB           int64         `json:"file_size_mb"`
-	ShmMB                int64         `json:"shm_mb"`
-	Preload              []string      `json:"preload,omitempty"`
-	Redact               []redact.Rule `json:"redact,omitempty"`
-	CaptureRetentionDays int64         `json:"capture_retention_days"`
-	SessionIdleTimeoutS  int64         `json:"session_idle_timeout_s"`
-	SessionMaxLifetimeS  int64         `json:"session_max_lifetime_s"`
-	Version              string        `json:"-"`
-	SeccompJSON          []byte        `json:"-"`
-	Source               string        `json:"-"`
+// sortedNames returns the keys of m in order, an empty list for none.
+func sortedNames[V any](m map[string]V) []string {
+	names := slices.AppendSeq(make([]string, 0, len(m)), maps.Keys(m))
+	slices.Sort(names)
+	return names
 }
 
 // version is the sha256 (hex) of the profile's values after defaults,
@@ -258,9 +222,9 @@ type execCanon struct {
 func version(e *Exec) string {
 	sc := sha256.Sum256(e.SeccompJSON)
 	canon := struct {
-		Profile       execCanon `json:"profile"`
-		SeccompSHA256 string    `json:"seccomp_sha256"`
-	}{execCanon(*e), hex.EncodeToString(sc[:])}
+		Profile       *Exec  `json:"profile"`
+		SeccompSHA256 string `json:"seccomp_sha256"`
+	}{e, hex.EncodeToString(sc[:])}
 	b, err := json.Marshal(canon)
 	if err != nil {
 		// Only strings, integers and finite floats (validate rejects

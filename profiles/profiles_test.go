@@ -10,6 +10,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/sandboxd/sandboxd/redact"
 	"go.yaml.in/yaml/v3"
 )
 
@@ -18,6 +19,31 @@ const minimalSeccomp = `{"defaultAction": "SCMP_ACT_ERRNO", "syscalls": []}`
 
 // minimal is an exec profile with only the required keys.
 const minimal = "name: default\nimage: img:1\nseccomp: default.json\n"
+
+// parseFile reads and parses a YAML file, which must parse, and returns
+// its document's root.
+func parseFile(t *testing.T, file string) *yaml.Node {
+	t.Helper()
+	data, err := os.ReadFile(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	root, err := parseDocument(file, data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return root
+}
+
+// loadShipped loads the repository's profiles, which must load.
+func loadShipped(t *testing.T) *Set {
+	t.Helper()
+	set, err := Load(".")
+	if err != nil {
+		t.Fatalf("shipped profiles do not load: %v", err)
+	}
+	return set
+}
 
 // writeTree creates a profiles dir from relative path -> content and returns
 // its path. seccomp/default.json is added unless files names it.
@@ -74,10 +100,7 @@ func withoutLoaderFields(e Exec) Exec {
 }
 
 func TestLoadShippedProfiles(t *testing.T) {
-	set, err := Load(".")
-	if err != nil {
-		t.Fatalf("shipped profiles do not load: %v", err)
-	}
+	set := loadShipped(t)
 	if got := set.Names(); !reflect.DeepEqual(got, []string{"data", "default", "strict"}) {
 		t.Fatalf("Names() = %v, want [default strict]", got)
 	}
@@ -115,10 +138,7 @@ func TestLoadShippedProfiles(t *testing.T) {
 // TestShippedStrictProfile checks that strict.yaml runs under gVisor and is
 // at least as tight as default.yaml everywhere.
 func TestShippedStrictProfile(t *testing.T) {
-	set, err := Load(".")
-	if err != nil {
-		t.Fatal(err)
-	}
+	set := loadShipped(t)
 	s, d := set.Exec["strict"], set.Exec["default"]
 	if s == nil {
 		t.Fatal("no strict profile")
@@ -154,14 +174,7 @@ func TestShippedProfilesStateEveryValue(t *testing.T) {
 }
 
 func statesEveryValue(t *testing.T, file string) {
-	data, err := os.ReadFile(file)
-	if err != nil {
-		t.Fatal(err)
-	}
-	root, err := parseDocument(file, data)
-	if err != nil {
-		t.Fatal(err)
-	}
+	root := parseFile(t, file)
 	seen := make(map[string]bool)
 	var walk func(n *yaml.Node, prefix string)
 	walk = func(n *yaml.Node, prefix string) {
@@ -631,6 +644,23 @@ func TestVersion(t *testing.T) {
 		if set.Exec["default"].Version == base.Version {
 			t.Errorf("%s: version did not change", tc.name)
 		}
+	}
+}
+
+// The version is the hash of the profile's JSON encoding; audit records
+// carry it, so the encoding (field names included) must not change by
+// accident. Every field is set here.
+func TestVersionEncodingIsStable(t *testing.T) {
+	e := Exec{Name: "pin", Description: "pinned", Image: "img:1", Runtime: RuntimeRunc, User: "1000:1000", Seccomp: "default.json", Egress: "none",
+		Isolation: IsolationCell, Cell: CellLimits{MaxRuns: 19, MaxAgeS: 20, IdleS: 21, Hosts: 22},
+		Limits:       Limits{TimeoutMS: 1, MemoryMB: 2, CPUs: 0.5, Pids: 3, OutputBytes: 4, TmpfsMB: 5},
+		Files:        FileLimits{MaxInputBytes: 6, MaxInputCount: 7, MaxOutputFileBytes: 8, MaxOutputTotalBytes: 9, MaxOutputCount: 10},
+		MaxCodeBytes: 11, MaxStdinBytes: 12, Nofile: 13, FileSizeMB: 14, ShmMB: 15, Preload: []string{"json"},
+		Redact:               []redact.Rule{{Type: "ticket", Keywords: []string{"tkt-"}, Regex: `TKT-[0-9]{6}`}},
+		CaptureRetentionDays: 16, SessionIdleTimeoutS: 17, SessionMaxLifetimeS: 18,
+		SeccompJSON: []byte(minimalSeccomp), Version: "ignored", Source: "ignored"}
+	if got, want := version(&e), "62bbb047bdb30989914d60201563bfb5ccef8aff5b701a58fc4978bbf13a16e8"; got != want {
+		t.Errorf("version %s, want %s", got, want)
 	}
 }
 

@@ -11,50 +11,9 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/sandboxd/sandboxd/internal/seccompfile"
 	"github.com/sandboxd/sandboxd/internal/yamlfile"
 )
-
-// The structs below mirror the seccomp profile format that Docker Engine
-// 20.10 reads. They are decoded strictly: Docker ignores fields it does not
-// know, so a misspelt or newer field (e.g. "flags", "listenerPath") would be
-// dropped without a word and the filter would not be what the file says.
-
-type seccompProfile struct {
-	DefaultAction   *string       `json:"defaultAction"`
-	DefaultErrnoRet *uint16       `json:"defaultErrnoRet"`
-	Architectures   []string      `json:"architectures"`
-	ArchMap         []seccompArch `json:"archMap"`
-	Syscalls        []seccompRule `json:"syscalls"`
-}
-
-type seccompArch struct {
-	Architecture     string   `json:"architecture"`
-	SubArchitectures []string `json:"subArchitectures"`
-}
-
-type seccompRule struct {
-	Name     string         `json:"name"`
-	Names    []string       `json:"names"`
-	Action   string         `json:"action"`
-	ErrnoRet *uint16        `json:"errnoRet"`
-	Args     []seccompArg   `json:"args"`
-	Comment  string         `json:"comment"`
-	Includes *seccompFilter `json:"includes"`
-	Excludes *seccompFilter `json:"excludes"`
-}
-
-type seccompArg struct {
-	Index    uint   `json:"index"`
-	Value    uint64 `json:"value"`
-	ValueTwo uint64 `json:"valueTwo"`
-	Op       string `json:"op"`
-}
-
-type seccompFilter struct {
-	Caps      []string `json:"caps"`
-	Arches    []string `json:"arches"`
-	MinKernel string   `json:"minKernel"`
-}
 
 // denyActions are the default actions that refuse what the profile does not
 // list. A filter that allows by default would not confine anything.
@@ -94,7 +53,7 @@ var unknownField = regexp.MustCompile(`^json: unknown field "(.*)"$`)
 func checkSeccomp(file string, data []byte) error {
 	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.DisallowUnknownFields()
-	var p seccompProfile
+	var p seccompfile.Profile
 	if err := dec.Decode(&p); err != nil {
 		return seccompDecodeError(file, data, err)
 	}
@@ -119,11 +78,7 @@ func checkSeccomp(file string, data []byte) error {
 		if s.Name == "" && len(s.Names) == 0 {
 			return fail("syscalls[%d] names no syscall; set \"names\": [...]", i)
 		}
-		names := s.Names
-		if s.Name != "" {
-			names = append([]string{s.Name}, names...)
-		}
-		for _, n := range names {
+		for _, n := range s.AllNames() {
 			if n == "" || strings.ContainsFunc(n, isSpaceOrControl) {
 				return fail("syscalls[%d] has the syscall name %q; names must be non-empty and without spaces", i, n)
 			}
@@ -143,7 +98,7 @@ func checkSeccomp(file string, data []byte) error {
 	return nil
 }
 
-func ruleName(s seccompRule) string {
+func ruleName(s seccompfile.Rule) string {
 	if len(s.Names) > 0 {
 		return strings.Join(s.Names, ", ")
 	}
@@ -240,7 +195,7 @@ func CheckSeccomp(file string, data []byte) error {
 // namespace, then the rest) however clone's flags are filtered. Under runsc
 // the call reaches gVisor's kernel instead (see seccomp/gvisor.json).
 func seccompAllowsClone3(data []byte) bool {
-	var p seccompProfile
+	var p seccompfile.Profile
 	if err := json.Unmarshal(data, &p); err != nil {
 		return false // checkSeccomp has refused it already
 	}

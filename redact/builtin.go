@@ -415,18 +415,30 @@ func value(win []byte, m []int, first int) (s, e int, delimited, flag bool) {
 	return -1, -1, false, false
 }
 
+// assignedValue returns the range of the value in a name = value match
+// and whether it was delimited; an unquoted one ends before trailing
+// punctuation (". ! ? : ) ] }"). ok is false when there is no value, or
+// when it has the form of a flag's (--name value) but the name is not
+// written as a flag.
+func assignedValue(win []byte, m []int) (s, e int, delimited, ok bool) {
+	s, e, delimited, flag := value(win, m, 0)
+	if s < 0 || flag && !isFlag(win, m[0]) {
+		return 0, 0, false, false
+	}
+	if !delimited {
+		e = s + len(bytes.TrimRight(win[s:e], ".!?:)]}"))
+	}
+	return s, e, delimited, true
+}
+
 // passwordValue: a password assigned in a name = value pair, unless it is a
 // placeholder, a reference or code, or an unquoted lower-case word.
 func passwordValue(win []byte, m []int) (int, int, bool) {
-	s, e, delimited, flag := value(win, m, 0)
-	if s < 0 || flag && !isFlag(win, m[0]) {
+	s, e, delimited, ok := assignedValue(win, m)
+	if !ok {
 		return 0, 0, false
 	}
 	v := win[s:e]
-	if !delimited {
-		v = bytes.TrimRight(v, ".!?:)]}")
-		e = s + len(v)
-	}
 	if len(v) < 6 || isPlaceholder(v) || !delimited && (looksLikeCode(v) || glued(win, s) || v[0] == '/' && bytes.IndexByte(v[1:], '/') >= 0) {
 		return 0, 0, false
 	}
@@ -469,15 +481,11 @@ func envStyle(win []byte, ks int) bool {
 // secretValue: a token-like value (long, letters and digits, high entropy)
 // assigned to a secret/token/api_key/... name.
 func secretValue(win []byte, m []int) (int, int, bool) {
-	s, e, delimited, flag := value(win, m, 0)
-	if s < 0 || flag && !isFlag(win, m[0]) {
+	s, e, delimited, ok := assignedValue(win, m)
+	if !ok {
 		return 0, 0, false
 	}
 	v := win[s:e]
-	if !delimited {
-		v = bytes.TrimRight(v, ".!?:)]}")
-		e = s + len(v)
-	}
 	if len(v) < 12 || isPlaceholder(v) || bytes.Contains(v, []byte("://")) || !delimited && (looksLikeCode(v) || glued(win, s)) {
 		return 0, 0, false
 	}

@@ -172,8 +172,12 @@ func maxMatchLen(expr string) int {
 	return maxLen(re)
 }
 
+// unbounded is maxLen's answer for an expression whose matches have no
+// bound.
+const unbounded = -1
+
+// maxLen is maxMatchLen of a parsed expression.
 func maxLen(re *syntax.Regexp) int {
-	const unbounded = -1
 	switch re.Op {
 	case syntax.OpEmptyMatch, syntax.OpBeginLine, syntax.OpEndLine, syntax.OpBeginText,
 		syntax.OpEndText, syntax.OpWordBoundary, syntax.OpNoWordBoundary, syntax.OpNoMatch:
@@ -215,25 +219,23 @@ func maxLen(re *syntax.Regexp) int {
 		}
 		return n * re.Max
 	case syntax.OpConcat:
-		n := 0
-		for _, s := range re.Sub {
-			m := maxLen(s)
-			if m < 0 {
-				return unbounded
-			}
-			n += m
-		}
-		return n
+		return maxLenOf(re.Sub, func(n, m int) int { return n + m })
 	case syntax.OpAlternate:
-		n := 0
-		for _, s := range re.Sub {
-			m := maxLen(s)
-			if m < 0 {
-				return unbounded
-			}
-			n = max(n, m)
-		}
-		return n
+		return maxLenOf(re.Sub, func(n, m int) int { return max(n, m) })
 	}
 	return unbounded
+}
+
+// maxLenOf folds the maxLen of each of subs with join (a sum for a
+// concatenation, the largest for an alternation); unbounded when one is.
+func maxLenOf(subs []*syntax.Regexp, join func(n, m int) int) int {
+	n := 0
+	for _, s := range subs {
+		m := maxLen(s)
+		if m < 0 {
+			return unbounded
+		}
+		n = join(n, m)
+	}
+	return n
 }

@@ -130,24 +130,8 @@ func runMain(m *testing.M, suite *e2e.Suite) (code int) {
 		return fatalf("warm-up run failed: %v\n--- sandboxd output ---\n%s", err, srv.Log.Tail(80))
 	}
 
-	code = m.Run()
-
 	// After the whole suite: shut down, then no container of ours may remain.
-	if err := srv.Stop(e2e.ShutdownTimeout); err != nil {
-		fmt.Fprintf(os.Stderr, "sandboxd e2e: FAIL: %v\n", err)
-		code = 1
-	}
-	if left := waitNoContainers(e2e.FinalCleanupTimeout); len(left) > 0 {
-		fmt.Fprintf(os.Stderr, "sandboxd e2e: FAIL: %d sandbox container(s) still exist after sandboxd exited on SIGTERM and %v of polling: %s\n",
-			len(left), e2e.FinalCleanupTimeout, strings.Join(left, ", "))
-		code = 1
-	} else {
-		fmt.Fprintf(os.Stderr, "sandboxd e2e: no sandboxd.managed=true container of this suite's server remains after shutdown\n")
-	}
-	if code != 0 {
-		fmt.Fprintf(os.Stderr, "\n--- last lines of sandboxd's output ---\n%s\n", srv.Log.Tail(80))
-	}
-	return code
+	return suite.Finish(m.Run(), srv, ourContainers)
 }
 
 // cellMode tells whether the suite serves the shipped profiles (cells)
@@ -514,12 +498,6 @@ func ourContainers(ctx context.Context) ([]container.Summary, error) {
 		}
 	}
 	return out, nil
-}
-
-// waitNoContainers polls until none of this suite's containers exist and
-// returns those left at the deadline.
-func waitNoContainers(timeout time.Duration) []string {
-	return e2e.WaitGone(timeout, ourContainers, e2e.Any)
 }
 
 // waitExecGone requires the container of exec id to disappear within

@@ -139,6 +139,22 @@ func (c *sessClient) create(body string) *sessionInfo {
 	return &s
 }
 
+// waitEnded polls session id until it has ended, for up to timeout, and
+// returns it; a session still going then fails the test with notEnded.
+func (c *sessClient) waitEnded(id string, timeout time.Duration, notEnded string) *sessionInfo {
+	c.t.Helper()
+	deadline := time.Now().Add(timeout)
+	for {
+		if s := c.get(id); s.State == "ended" {
+			return s
+		}
+		if time.Now().After(deadline) {
+			c.t.Fatal(notEnded)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
 func (c *sessClient) get(id string) *sessionInfo {
 	c.t.Helper()
 	code, raw := c.do("GET", "/sessions/"+id, nil)
@@ -468,14 +484,7 @@ func TestSessionOOMEndsTheSession(t *testing.T) {
 	if r.Status != "ok" || r.SessionState != "ready" {
 		t.Fatalf("call that leaves a thread: %+v", r)
 	}
-	deadline := time.Now().Add(10 * time.Second)
-	for c.get(s.ID).State != "ended" {
-		if time.Now().After(deadline) {
-			t.Fatal("the session did not end when its interpreter was killed at the memory limit between calls")
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-	if g := c.get(s.ID); !strings.Contains(g.EndReason, "memory limit between calls") {
+	if g := c.waitEnded(s.ID, 10*time.Second, "the session did not end when its interpreter was killed at the memory limit between calls"); !strings.Contains(g.EndReason, "memory limit between calls") {
 		t.Fatalf("end reason %q", g.EndReason)
 	}
 	waitSandboxGone(t, s.SandboxID, e2e.RemovalTimeout)
@@ -488,14 +497,7 @@ func TestSessionIdleTimeoutRemovesTheContainer(t *testing.T) {
 		t.Fatalf("idle timeout %d", s.IdleTimeoutS)
 	}
 	c.exec(s.ID, "1")
-	deadline := time.Now().Add(10 * time.Second)
-	for c.get(s.ID).State != "ended" {
-		if time.Now().After(deadline) {
-			t.Fatal("the idle session did not end")
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
-	if g := c.get(s.ID); !strings.Contains(g.EndReason, "idle") {
+	if g := c.waitEnded(s.ID, 10*time.Second, "the idle session did not end"); !strings.Contains(g.EndReason, "idle") {
 		t.Fatalf("end reason: %q", g.EndReason)
 	}
 	waitSandboxGone(t, s.SandboxID, e2e.RemovalTimeout)
@@ -581,14 +583,7 @@ func TestSessionIsolationCapFreezeAndOrphans(t *testing.T) {
 		c  *sessClient
 		si *sessionInfo
 	}{{owner, s}, {owner.with(keys["acme-2"]), s2}, {owner.with(keys["globex-1"]), globex}} {
-		deadline := time.Now().Add(5 * time.Second)
-		for x.c.get(x.si.ID).State != "ended" {
-			if time.Now().After(deadline) {
-				t.Fatalf("session %s did not end at the freeze", x.si.ID)
-			}
-			time.Sleep(50 * time.Millisecond)
-		}
-		if g := x.c.get(x.si.ID); !strings.Contains(g.EndReason, "frozen") {
+		if g := x.c.waitEnded(x.si.ID, 5*time.Second, "session "+x.si.ID+" did not end at the freeze"); !strings.Contains(g.EndReason, "frozen") {
 			t.Errorf("end reason at the freeze: %q", g.EndReason)
 		}
 		waitSandboxGone(t, x.si.SandboxID, e2e.RemovalTimeout)

@@ -43,14 +43,29 @@ func TestBgValue(t *testing.T) {
 	}
 }
 
+// visibleCase is a page with one paragraph X, whose text is kept
+// (visible) or dropped.
+type visibleCase struct {
+	name, page string
+	visible    bool
+}
+
+// checkVisible requires each case's X to be kept or dropped as it says.
+func checkVisible(t *testing.T, cases []visibleCase) {
+	t.Helper()
+	for _, c := range cases {
+		p := mustHTML(t, c.page, Options{})
+		if got := strings.Contains(p.Text, "X"); got != c.visible {
+			t.Errorf("%s: visible = %v, want %v (output %q)", c.name, got, c.visible, p.Text)
+		}
+	}
+}
+
 // TestColorCascade checks which colour declaration wins: each page has
 // one paragraph, whose text is kept (visible) or dropped.
 func TestColorCascade(t *testing.T) {
 	const std = "<!DOCTYPE html>"
-	for _, c := range []struct {
-		name, page string
-		visible    bool
-	}{
+	checkVisible(t, []visibleCase{
 		{"class white on default white", std + `<style>.w{color:#fff}</style><p class=w>X</p>`, false},
 		{"body background from a rule", std + `<style>body{background:#123456}</style><p style="color:#123456">X</p>`, false},
 		{"html background from a rule", std + `<style>html{background:#000}</style><p>X</p>`, false},
@@ -91,15 +106,7 @@ func TestColorCascade(t *testing.T) {
 		{"dark canvas, default text", std + `<style>body{background:#050505}</style><p>X</p>`, false},
 		{"dark canvas, light text", std + `<style>body{background:#050505;color:#eee}</style><p>X</p>`, true},
 		{"transparent inline text stays hidden", std + `<style>p{color:#000!important}</style><p style="color:transparent">X</p>`, false},
-	} {
-		p, err := HTML(strings.NewReader(c.page), Options{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if got := strings.Contains(p.Text, "X"); got != c.visible {
-			t.Errorf("%s: visible = %v, want %v (output %q)", c.name, got, c.visible, p.Text)
-		}
-	}
+	})
 }
 
 func TestDataURL(t *testing.T) {
@@ -183,10 +190,7 @@ func TestClosedDetailsSelected(t *testing.T) {
 
 func TestImportRules(t *testing.T) {
 	const std = "<!DOCTYPE html>"
-	for _, c := range []struct {
-		name, page string
-		visible    bool
-	}{
+	checkVisible(t, []visibleCase{
 		{"import", std + `<style>@import url("data:text/css,.a{display:none}");</style><p class=a>X</p>`, false},
 		{"import in a named layer loses", std + `<style>.a{color:#fff}</style><style>@import url("data:text/css,.a{color:black}") layer(x) screen;</style><p class=a>X</p>`, false},
 		{"import in a layer loses", std + `<style>.a{color:#fff}</style><style>@import "data:text/css,.a{color:black}" layer;</style><p class=a>X</p>`, false},
@@ -194,15 +198,7 @@ func TestImportRules(t *testing.T) {
 		{"import after a rule", std + `<style>p{margin:0}@import "data:text/css,.a{display:none}";</style><p class=a>X</p>`, true},
 		{"import after charset and layer", std + `<style>@charset "utf-8";@layer x;@import "data:text/css,.a{display:none}";</style><p class=a>X</p>`, false},
 		{"nested imports", std + `<style>@import "data:text/css,@import 'data:text/css,.a{display:none}';";</style><p class=a>X</p>`, false},
-	} {
-		p, err := HTML(strings.NewReader(c.page), Options{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if got := strings.Contains(p.Text, "X"); got != c.visible {
-			t.Errorf("%s: visible = %v, want %v (output %q)", c.name, got, c.visible, p.Text)
-		}
-	}
+	})
 }
 
 func TestSelectorShape(t *testing.T) {

@@ -22,7 +22,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -119,7 +118,7 @@ func startEgressServer(t *testing.T) *egressEnv {
 	if _, err := exec.LookPath("iptables"); err != nil {
 		t.Skip("iptables is not installed")
 	}
-	cli, err := client.NewClientWithOpts(client.FromEnv, client.WithAPIVersionNegotiation())
+	cli, err := e2e.Docker()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -171,31 +170,20 @@ func startEgressServer(t *testing.T) *egressEnv {
 
 	tmp := t.TempDir()
 	e.profiles = filepath.Join(tmp, "profiles")
-	for _, f := range []string{"exec/default.yaml", "seccomp/default.json", "seccomp/network.json"} {
-		data, err := os.ReadFile(filepath.Join("../../profiles", f))
-		if err != nil {
-			t.Fatal(err)
-		}
-		writeFile(t, filepath.Join(e.profiles, f), string(data))
-	}
+	copyShippedProfiles(t, e.profiles, "exec/default.yaml", "seccomp/default.json", "seccomp/network.json")
 	writeFile(t, filepath.Join(e.profiles, "exec/mirror.yaml"), "name: mirror\nimage: sandboxd/python:3.11\nseccomp: network.json\negress: test-mirror\nlimits:\n  timeout_ms: 30000\n")
 	writeFile(t, filepath.Join(e.profiles, "egress/test-mirror.yaml"), e.mirrorProfile("mirror.sandboxd.test"))
 
-	e.key = "sbxtest_" + strconv.FormatInt(time.Now().UnixNano(), 16)
+	e.key = e2e.NewSecret("sbxtest_")
 	keys := filepath.Join(tmp, "keys.yaml")
 	writeFile(t, keys, e2e.KeysYAML(e2e.Key{ID: "agent-1", Tenant: "acme", Roles: []string{"agent"}, Secret: e.key}))
 
 	dataDir := filepath.Join(tmp, "data")
 	e.dataDir = dataDir
 	e.instance = runner.InstanceID(dataDir)
-	cfg := &serveConfig{
-		addr: "127.0.0.1:0", dataDir: dataDir, profilesDir: e.profiles, keysFile: keys,
-		maxRuns: 4, queue: 8, poolSize: 1, poolMax: 2,
-		queueWait: 30 * time.Second, shutdownGrace: 5 * time.Second, maxBodyMB: 8, logLevel: "info",
-		ctl:          controlFlags{idempotencyTTL: time.Hour, idempotencyWait: 10 * time.Second, asyncTTL: time.Hour},
-		profilesPoll: 300 * time.Millisecond,
-		egressPort:   0,
-	}
+	cfg := testServeConfig("127.0.0.1:0", dataDir, e.profiles, keys)
+	cfg.maxRuns, cfg.queue, cfg.poolSize, cfg.poolMax = 4, 8, 1, 2
+	cfg.profilesPoll = 300 * time.Millisecond
 	e.resolver = egresstest.NewResolver(map[string][]string{
 		"mirror.sandboxd.test": {"127.0.0.1"},
 		"other.sandboxd.test":  {"127.0.0.1"},

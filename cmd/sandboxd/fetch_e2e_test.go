@@ -24,7 +24,6 @@ import (
 
 	"github.com/docker/docker/api/types/filters"
 	"github.com/docker/docker/api/types/volume"
-	"github.com/docker/docker/client"
 
 	"github.com/sandboxd/sandboxd/api"
 	"github.com/sandboxd/sandboxd/egress/egresstest"
@@ -85,13 +84,7 @@ func startFetchEnv(t *testing.T) *fetchEnv {
 	}
 	tmp := t.TempDir()
 	profilesDir := filepath.Join(tmp, "profiles")
-	for _, f := range []string{"exec/default.yaml", "seccomp/default.json"} {
-		data, err := os.ReadFile(filepath.Join("../../profiles", f))
-		if err != nil {
-			t.Fatal(err)
-		}
-		writeFile(t, filepath.Join(profilesDir, f), string(data))
-	}
+	copyShippedProfiles(t, profilesDir, "exec/default.yaml", "seccomp/default.json")
 	writeFile(t, filepath.Join(profilesDir, "egress/pages.yaml"), fmt.Sprintf(`name: pages
 allow:
   - name: site
@@ -117,7 +110,7 @@ redact:
 	}
 	writeFile(t, filepath.Join(profilesDir, "datasets/sales.yaml"), "name: sales\npath: "+e.sales+"\ntenants: [acme]\n")
 	writeFile(t, filepath.Join(profilesDir, "datasets/secret.yaml"), "name: secret\npath: "+secret+"\ntenants: [other]\n")
-	e.key = "sbxtest_" + strconv.FormatInt(time.Now().UnixNano(), 16)
+	e.key = e2e.NewSecret("sbxtest_")
 	e.rev = e.key + "rev"
 	keys := filepath.Join(tmp, "keys.yaml")
 	e.keys = keys
@@ -125,13 +118,7 @@ redact:
 		e2e.Key{ID: "agent-1", Tenant: "acme", Roles: []string{"agent"}, Secret: e.key},
 		e2e.Key{ID: "rev-1", Tenant: "acme", Roles: []string{"reviewer"}, Secret: e.rev}))
 	e.data = filepath.Join(tmp, "data")
-	cfg := &serveConfig{
-		addr: "127.0.0.1:" + strconv.Itoa(apiPort), dataDir: e.data, profilesDir: profilesDir, keysFile: keys,
-		maxRuns: 2, queue: 4, poolSize: 0, poolMax: 0,
-		queueWait: 30 * time.Second, shutdownGrace: 5 * time.Second, maxBodyMB: 8, logLevel: "info",
-		ctl:          controlFlags{idempotencyTTL: time.Hour, idempotencyWait: 10 * time.Second, asyncTTL: time.Hour},
-		profilesPoll: time.Second,
-	}
+	cfg := testServeConfig("127.0.0.1:"+strconv.Itoa(apiPort), e.data, profilesDir, keys)
 	e.base = runServe(t, cfg, e.log, egresstest.NewResolver(map[string][]string{
 		"news.sandboxd.test": {"127.0.0.1"},
 		"self.sandboxd.test": {"127.0.0.1"},
@@ -412,7 +399,7 @@ func TestExecStreamEndToEnd(t *testing.T) {
 func TestExecDatasetsEndToEnd(t *testing.T) {
 	// Registered first, so it runs after sandboxd has shut down.
 	t.Cleanup(func() {
-		cli, err := client.NewClientWithOpts(client.FromEnv, client.WithAPIVersionNegotiation())
+		cli, err := e2e.Docker()
 		if err != nil {
 			t.Error(err)
 			return

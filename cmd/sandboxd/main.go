@@ -135,30 +135,43 @@ func envDefault(name, def string) string {
 // refuses them instead of silently using the default.
 var envErrs []string
 
-func envInt(name string, def int) int {
+// envParsed returns SANDBOXD_<NAME> parsed with parse, or def when it is
+// unset or empty. A value that does not parse is recorded in envErrs,
+// saying that it is not what, and def is used.
+func envParsed[T any](name string, def T, parse func(string) (T, error), what string) T {
 	v := envDefault(name, "")
 	if v == "" {
 		return def
 	}
-	n, err := strconv.Atoi(v)
+	x, err := parse(v)
 	if err != nil {
-		envErrs = append(envErrs, fmt.Sprintf("SANDBOXD_%s=%q is not a whole number", name, v))
+		envErrs = append(envErrs, fmt.Sprintf("SANDBOXD_%s=%q is not %s", name, v, what))
 		return def
 	}
-	return n
+	return x
 }
 
+// envInt is envParsed for a whole number.
+func envInt(name string, def int) int {
+	return envParsed(name, def, strconv.Atoi, "a whole number")
+}
+
+// envDuration is envParsed for a duration.
 func envDuration(name string, def time.Duration) time.Duration {
-	v := envDefault(name, "")
-	if v == "" {
-		return def
+	return envParsed(name, def, time.ParseDuration, "a duration such as 30s")
+}
+
+// perProfile is a gauge of count i of the per-profile pairs stats
+// returns (the pool's ready and starting sandboxes, the cell hosts' busy
+// and idle ones), read at each scrape.
+func perProfile(stats func() map[string][2]int, i int) func() map[string]float64 {
+	return func() map[string]float64 {
+		out := map[string]float64{}
+		for profile, n := range stats() {
+			out[profile] = float64(n[i])
+		}
+		return out
 	}
-	d, err := time.ParseDuration(v)
-	if err != nil {
-		envErrs = append(envErrs, fmt.Sprintf("SANDBOXD_%s=%q is not a duration such as 30s", name, v))
-		return def
-	}
-	return d
 }
 
 func parseServe(args []string, stderr io.Writer) (*serveConfig, error) {
@@ -381,28 +394,10 @@ func serveWith(cfg *serveConfig, log *slog.Logger, console io.Writer) error {
 	eside.record.Store(&recordEgress)
 	srv.Metrics().CounterFunc("sandboxd_reaper_removed_total", "Containers of this instance the reaper removed because no run owned them.",
 		func() float64 { return float64(eng.Reaped()) })
-	poolGauge := func(i int) func() map[string]float64 {
-		return func() map[string]float64 {
-			out := map[string]float64{}
-			for profile, n := range eng.PoolStats() {
-				out[profile] = float64(n[i])
-			}
-			return out
-		}
-	}
-	srv.Metrics().GaugesByLabel("sandboxd_pool_ready", "Started sandboxes waiting in the warm pool for a job, per exec profile.", "profile", poolGauge(0))
-	srv.Metrics().GaugesByLabel("sandboxd_pool_starting", "Sandboxes being started for the warm pool, per exec profile.", "profile", poolGauge(1))
-	cellGauge := func(i int) func() map[string]float64 {
-		return func() map[string]float64 {
-			out := map[string]float64{}
-			for profile, n := range eng.CellHosts() {
-				out[profile] = float64(n[i])
-			}
-			return out
-		}
-	}
-	srv.Metrics().GaugesByLabel("sandboxd_cell_hosts_busy", "Cell hosts running a run or building their next cell, per exec profile (isolation: cell).", "profile", cellGauge(0))
-	srv.Metrics().GaugesByLabel("sandboxd_cell_hosts_idle", "Cell hosts with a built cell waiting for a run, per exec profile (isolation: cell).", "profile", cellGauge(1))
+	srv.Metrics().GaugesByLabel("sandboxd_pool_ready", "Started sandboxes waiting in the warm pool for a job, per exec profile.", "profile", perProfile(eng.PoolStats, 0))
+	srv.Metrics().GaugesByLabel("sandboxd_pool_starting", "Sandboxes being started for the warm pool, per exec profile.", "profile", perProfile(eng.PoolStats, 1))
+	srv.Metrics().GaugesByLabel("sandboxd_cell_hosts_busy", "Cell hosts running a run or building their next cell, per exec profile (isolation: cell).", "profile", perProfile(eng.CellHosts, 0))
+	srv.Metrics().GaugesByLabel("sandboxd_cell_hosts_idle", "Cell hosts with a built cell waiting for a run, per exec profile (isolation: cell).", "profile", perProfile(eng.CellHosts, 1))
 	ln, err := net.Listen("tcp", cfg.addr)
 	if err != nil {
 		return fmt.Errorf("listening on %s: %w", cfg.addr, err)

@@ -7,23 +7,29 @@ import (
 	"testing"
 )
 
-func TestProfilesCheck(t *testing.T) {
+// checkProfilesDir runs `sandboxd profiles check dir` and returns its exit
+// code and output.
+func checkProfilesDir(dir string) (code int, stdout, stderr string) {
 	var out, errb bytes.Buffer
-	if code := run([]string{"profiles", "check", "../../profiles"}, &out, &errb); code != 0 {
-		t.Fatalf("shipped profiles: exit %d: %s", code, errb.String())
+	code = run([]string{"profiles", "check", dir}, &out, &errb)
+	return code, out.String(), errb.String()
+}
+
+func TestProfilesCheck(t *testing.T) {
+	code, out, errb := checkProfilesDir("../../profiles")
+	if code != 0 {
+		t.Fatalf("shipped profiles: exit %d: %s", code, errb)
 	}
-	if !strings.Contains(out.String(), `exec profile "default" ok`) {
-		t.Fatalf("output %q", out.String())
+	if !strings.Contains(out, `exec profile "default" ok`) {
+		t.Fatalf("output %q", out)
 	}
 
 	// A bad value is reported as file:line:column: problem, with a non-zero exit.
 	dir := scratchDir(t, map[string]string{"exec/default.yaml": "name: default\nimage: sandboxd/python:3.11\nseccomp: default.json\nlimits:\n  memory_mb: 999999\n"})
-	out.Reset()
-	errb.Reset()
-	code := run([]string{"profiles", "check", dir}, &out, &errb)
+	code, _, errb = checkProfilesDir(dir)
 	want := filepath.Join(dir, "exec", "default.yaml") + ":5:14: "
-	if code == 0 || !strings.HasPrefix(errb.String(), want) || !strings.Contains(errb.String(), "memory_mb") {
-		t.Fatalf("exit %d stderr %q; want non-zero and %q...memory_mb", code, errb.String(), want)
+	if code == 0 || !strings.HasPrefix(errb, want) || !strings.Contains(errb, "memory_mb") {
+		t.Fatalf("exit %d stderr %q; want non-zero and %q...memory_mb", code, errb, want)
 	}
 }
 

@@ -7,10 +7,8 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
-	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -20,38 +18,8 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/sandboxd/sandboxd/internal/logbuf"
+	"github.com/sandboxd/sandboxd/internal/mcptest"
 )
-
-type bearerTransport struct {
-	key  string
-	next http.RoundTripper
-}
-
-func (b bearerTransport) RoundTrip(r *http.Request) (*http.Response, error) {
-	r = r.Clone(r.Context())
-	r.Header.Set("Authorization", "Bearer "+b.key)
-	return b.next.RoundTrip(r)
-}
-
-func mcpText(r *mcp.CallToolResult) string {
-	var b strings.Builder
-	for _, c := range r.Content {
-		if tc, ok := c.(*mcp.TextContent); ok {
-			b.WriteString(tc.Text)
-		}
-	}
-	return b.String()
-}
-
-func mcpStructured(t *testing.T, r *mcp.CallToolResult) map[string]any {
-	t.Helper()
-	b, _ := json.Marshal(r.StructuredContent)
-	var m map[string]any
-	if err := json.Unmarshal(b, &m); err != nil {
-		t.Fatalf("structured content: %s", b)
-	}
-	return m
-}
 
 // exerciseTools lists the tools and calls them as a model would, on a
 // session connected to either transport.
@@ -83,33 +51,33 @@ func exerciseTools(t *testing.T, cs *mcp.ClientSession, e *fetchEnv) {
 
 	// Real code in a real container.
 	r := call("run_python", map[string]any{"language": "python", "code": "import sys, platform\nprint(sum(range(10)))\nprint('py', platform.python_version_tuple()[0], file=sys.stderr)\nopen('/sandbox/out/r.txt','w').write('result 45\\n')"})
-	text := mcpText(r)
+	text := mcptest.Text(r)
 	if r.IsError || !strings.Contains(text, "status: ok") || !strings.Contains(text, "45") || !strings.Contains(text, "py 3") || !strings.Contains(text, "r.txt (10 bytes):\nresult 45") {
 		t.Fatalf("run_python:\n%s", text)
 	}
-	if st := mcpStructured(t, r); st["stdout"] != "45\n" || st["status"] != "ok" || st["image"] == "" {
+	if st := mcptest.Object(t, r); st["stdout"] != "45\n" || st["status"] != "ok" || st["image"] == "" {
 		t.Fatalf("run_python structured: %v", st)
 	}
 	// An exception is a result (the code ran), with the traceback to read.
 	r = call("run_python", map[string]any{"language": "python", "code": "raise ValueError('bad input')"})
-	if text := mcpText(r); r.IsError || !strings.Contains(text, "status: error (exit code 1") || !strings.Contains(text, "ValueError: bad input") {
+	if text := mcptest.Text(r); r.IsError || !strings.Contains(text, "status: error (exit code 1") || !strings.Contains(text, "ValueError: bad input") {
 		t.Fatalf("exception:\n%s", text)
 	}
 	// A bad call is a tool error a model can correct.
 	r = call("run_python", map[string]any{"language": "python", "code": "print(1)", "limits": map[string]any{"memory_mb": 99999}})
-	if text := mcpText(r); !r.IsError || !strings.Contains(text, "field limits.memory_mb") || !strings.Contains(text, "ceiling of 256") || !strings.Contains(text, "Fix the arguments") {
+	if text := mcptest.Text(r); !r.IsError || !strings.Contains(text, "field limits.memory_mb") || !strings.Contains(text, "ceiling of 256") || !strings.Contains(text, "Fix the arguments") {
 		t.Fatalf("raised limit:\n%s", text)
 	}
 	r = call("run_python", map[string]any{"code": "print(1)"})
-	if text := mcpText(r); !r.IsError || !strings.Contains(text, "language is required") {
+	if text := mcptest.Text(r); !r.IsError || !strings.Contains(text, "language is required") {
 		t.Fatalf("missing language:\n%s", text)
 	}
 
 	// A loopback page through the egress profile, marked untrusted.
 	page := fmt.Sprintf("http://news.sandboxd.test:%d/article", e.upPort)
 	r = call("fetch_url", map[string]any{"url": page, "profile": "pages"})
-	text = mcpText(r)
-	st := mcpStructured(t, r)
+	text = mcptest.Text(r)
+	st := mcptest.Object(t, r)
 	nonce, _ := st["nonce"].(string)
 	if r.IsError || st["untrusted"] != true || nonce == "" || !strings.Contains(text, "Café opens") ||
 		!strings.Contains(text, `</untrusted-content nonce="`+nonce+`">`) || !strings.Contains(text, "UNTRUSTED") {
@@ -121,7 +89,7 @@ func exerciseTools(t *testing.T, cs *mcp.ClientSession, e *fetchEnv) {
 		}
 	}
 	r = call("fetch_url", map[string]any{"url": fmt.Sprintf("http://news.sandboxd.test:%d/redirect-evil", e.upPort), "profile": "pages"})
-	if text := mcpText(r); !r.IsError || !strings.Contains(text, "EGRESS_DENIED") {
+	if text := mcptest.Text(r); !r.IsError || !strings.Contains(text, "EGRESS_DENIED") {
 		t.Fatalf("redirect to the metadata address:\n%s", text)
 	}
 }
@@ -130,15 +98,10 @@ func TestMCPEndToEnd(t *testing.T) {
 	e := startFetchEnv(t)
 
 	t.Run("streamable HTTP", func(t *testing.T) {
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		c := mcp.NewClient(&mcp.Implementation{Name: "e2e", Version: "1"}, nil)
-		cs, err := c.Connect(ctx, &mcp.StreamableClientTransport{Endpoint: e.base + "/mcp", DisableStandaloneSSE: true,
-			HTTPClient: &http.Client{Transport: bearerTransport{key: e.key, next: http.DefaultTransport}}}, nil)
+		cs, err := mcptest.Connect(t, e.base, e.key, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
-		defer cs.Close()
 		exerciseTools(t, cs, e)
 	})
 

@@ -137,16 +137,15 @@ func (r *reloader) reload(reason string, force bool) bool {
 			attrs = append(attrs, "exec_versions", versions(old, false), "egress_versions", versions(old, true))
 		}
 		r.log.Error("profile reload failed", attrs...)
-		r.record(&audit.Record{Kind: audit.KindProfileReload, Subject: r.dir, Status: "failed", Message: err.Error(),
-			Detail: map[string]string{"reason": reason}})
+		r.record(audit.Reload(audit.KindProfileReload, r.dir, err, map[string]string{"reason": reason}))
 		return false
 	}
 	r.cur.Store(set)
 	logProfileWarnings(r.log, set)
 	changed, added, removed := diffSets(old, set)
-	r.record(&audit.Record{Kind: audit.KindProfileReload, Subject: r.dir, Status: "ok", Detail: map[string]string{
+	r.record(audit.Reload(audit.KindProfileReload, r.dir, nil, map[string]string{
 		"reason": reason, "changed": strings.Join(changed, ","), "added": strings.Join(added, ","), "removed": strings.Join(removed, ","),
-		"exec_versions": fmt.Sprint(versions(set, false)), "egress_versions": fmt.Sprint(versions(set, true))}})
+		"exec_versions": fmt.Sprint(versions(set, false)), "egress_versions": fmt.Sprint(versions(set, true))}))
 	r.log.Info("profiles reloaded", "reason", reason, "dir", r.dir,
 		"exec_versions", versions(set, false), "egress_versions", versions(set, true),
 		"changed", changed, "added", added, "removed", removed)
@@ -174,7 +173,7 @@ func (r *reloader) reloadKeys(reason string, force bool) {
 	ring, warnings, err := auth.LoadFile(r.keysFile)
 	if err != nil {
 		r.log.Error("keys reload failed; the keys in force stay", "reason", reason, "file", r.keysFile, "err", err)
-		r.record(&audit.Record{Kind: audit.KindKeysReload, Subject: r.keysFile, Status: "failed", Message: err.Error(), Detail: map[string]string{"reason": reason}})
+		r.record(audit.Reload(audit.KindKeysReload, r.keysFile, err, map[string]string{"reason": reason}))
 		return
 	}
 	for _, w := range warnings {
@@ -194,8 +193,8 @@ func (r *reloader) reloadKeys(reason string, force bool) {
 		}
 	}
 	r.log.Info("keys reloaded", "reason", reason, "keys", len(after), "added", added, "removed", removed)
-	r.record(&audit.Record{Kind: audit.KindKeysReload, Subject: r.keysFile, Status: "ok", Detail: map[string]string{
-		"reason": reason, "keys": strconv.Itoa(len(after)), "added": strings.Join(added, ","), "removed": strings.Join(removed, ","), "file_sha256": fp}})
+	r.record(audit.Reload(audit.KindKeysReload, r.keysFile, nil, map[string]string{
+		"reason": reason, "keys": strconv.Itoa(len(after)), "added": strings.Join(added, ","), "removed": strings.Join(removed, ","), "file_sha256": fp}))
 }
 
 // record appends a reload's audit record; a failure is logged (the reload

@@ -3,6 +3,8 @@ package main
 import (
 	"io"
 	"log/slog"
+	"os"
+	"path/filepath"
 	"testing"
 	"time"
 
@@ -49,4 +51,31 @@ func runServe(t *testing.T, cfg *serveConfig, logs *logbuf.Buffer, resolver egre
 		t.Fatalf("sandboxd did not listen within 60 s\n%s", logs.String())
 	}
 	return ""
+}
+
+// testServeConfig is what the in-process end-to-end tests run sandboxd
+// with: the given address, data, profiles and keys, two run slots and a
+// queue of four without a pool, the usual waits and an info log. Tests
+// change what they need.
+func testServeConfig(addr, dataDir, profilesDir, keysFile string) *serveConfig {
+	return &serveConfig{
+		addr: addr, dataDir: dataDir, profilesDir: profilesDir, keysFile: keysFile,
+		maxRuns: 2, queue: 4,
+		queueWait: 30 * time.Second, shutdownGrace: 5 * time.Second, maxBodyMB: 8, logLevel: "info",
+		ctl:          controlFlags{idempotencyTTL: time.Hour, idempotencyWait: 10 * time.Second, asyncTTL: time.Hour},
+		profilesPoll: time.Second,
+	}
+}
+
+// copyShippedProfiles copies the repository's profile files (paths under
+// profiles/) into the profiles dir dst.
+func copyShippedProfiles(t *testing.T, dst string, files ...string) {
+	t.Helper()
+	for _, f := range files {
+		data, err := os.ReadFile(filepath.Join("../../profiles", f))
+		if err != nil {
+			t.Fatal(err)
+		}
+		writeFile(t, filepath.Join(dst, f), string(data))
+	}
 }

@@ -124,7 +124,7 @@ func (s *Service) check(ctx context.Context, q egress.ApprovalQuery, file bool) 
 		return egress.ApprovalStatus{}, nil
 	}
 	rec := &store.Approval{
-		ID: NewID(), Profile: q.Profile, ProfileVersion: q.ProfileVersion,
+		ID: newID(), Profile: q.Profile, ProfileVersion: q.ProfileVersion,
 		Host: q.Host, Port: int(q.Port), Method: q.Method, URL: q.URL,
 		Tenant: q.Tenant, KeyID: q.KeyID, Client: q.Client,
 	}
@@ -167,8 +167,8 @@ func status(a *store.Approval, created bool) egress.ApprovalStatus {
 	return st
 }
 
-// NewID returns a fresh approval id: "ap_" and 20 hex digits.
-func NewID() string {
+// newID returns a fresh approval id: "ap_" and 20 hex digits.
+func newID() string {
 	var b [10]byte
 	_, _ = rand.Read(b[:])
 	return "ap_" + hex.EncodeToString(b[:])

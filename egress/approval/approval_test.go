@@ -6,7 +6,6 @@ import (
 	"log/slog"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -15,30 +14,14 @@ import (
 	"github.com/sandboxd/sandboxd/egress/egresstest"
 	"github.com/sandboxd/sandboxd/internal/logbuf"
 	"github.com/sandboxd/sandboxd/internal/store"
+	"github.com/sandboxd/sandboxd/internal/testclock"
 )
-
-type clock struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-func (c *clock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.t
-}
-
-func (c *clock) Add(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.t = c.t.Add(d)
-}
 
 type env struct {
 	t    *testing.T
 	st   *store.SQLite
 	svc  *approval.Service
-	clk  *clock
+	clk  *testclock.Clock
 	res  *egresstest.Resolver
 	c    *egress.Checker
 	p    *egress.Profile
@@ -52,7 +35,7 @@ func newEnv(t *testing.T, mode egress.Mode) *env {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { st.Close() })
-	e := &env{t: t, st: st, clk: &clock{t: time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)}, logs: &logbuf.Buffer{}}
+	e := &env{t: t, st: st, clk: testclock.New(time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)), logs: &logbuf.Buffer{}}
 	log := slog.New(slog.NewJSONHandler(e.logs, nil))
 	e.svc = approval.New(approval.Config{Store: st, Log: log, Now: e.clk.Now})
 	e.svc.SetIdentify(func(client string) (string, string, bool) {

@@ -1,5 +1,5 @@
 // Package egresstest holds test doubles for egress: a resolver that answers
-// from a table and never queries real DNS.
+// from a table and never queries real DNS, and a loopback upstream.
 package egresstest
 
 import (

@@ -121,8 +121,8 @@ func (t Target) HostHeader() string {
 	return t.Authority()
 }
 
-// DefaultPorts of the allowed schemes.
-var DefaultPorts = map[string]uint16{"http": 80, "https": 443}
+// defaultPorts of the allowed schemes.
+var defaultPorts = map[string]uint16{"http": 80, "https": 443}
 
 // ParseURL parses an absolute http or https URL and normalises its host and
 // port. It refuses, before any name is resolved: other schemes, URLs without
@@ -171,7 +171,7 @@ func FromURL(u *url.URL) (Target, error) {
 	case u.User != nil:
 		return Target{}, errorf(KindUserinfo, u.Redacted(), "URL has user information before the host (user@host); it is never accepted")
 	}
-	hp, explicit, err := split(u.Host, DefaultPorts[scheme])
+	hp, explicit, err := split(u.Host, defaultPorts[scheme])
 	if err != nil {
 		return Target{}, err
 	}
@@ -320,8 +320,8 @@ func NormalizeHost(host string) (string, netip.Addr, error) {
 	return ascii, netip.Addr{}, nil
 }
 
-// NormalizeName normalises a DNS name (not an IP literal); rule patterns
-// use it so that they compare equal to normalised hosts.
+// NormalizeName normalises a DNS name as NormalizeHost does, so that it
+// compares equal to normalised hosts, and refuses an IP literal.
 func NormalizeName(name string) (string, error) {
 	h, ip, err := NormalizeHost(name)
 	if err != nil {

@@ -76,6 +76,17 @@ func TestNormalizeHost(t *testing.T) {
 	}
 }
 
+func TestNormalizeName(t *testing.T) {
+	if got, err := NormalizeName("Bücher.Example."); err != nil || got != "xn--bcher-kva.example" {
+		t.Errorf("NormalizeName of a name = %q, %v", got, err)
+	}
+	for _, in := range []string{"127.0.0.1", "0x7f.1", "[::1]", "a..b", ""} {
+		if got, err := NormalizeName(in); err == nil {
+			t.Errorf("NormalizeName(%q) = %q, want an error", in, got)
+		}
+	}
+}
+
 func TestParsePort(t *testing.T) {
 	for in, want := range map[string]int{"1": 1, "80": 80, "65535": 65535, "": -1, "0": -1, "65536": -1, "+1": -1, "-1": -1, "01": -1, "1 ": -1, "0x50": -1, "999999": -1} {
 		got, err := ParsePort(in)

@@ -34,9 +34,11 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"net"
 	"net/http"
 	"net/netip"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -211,33 +213,22 @@ func (p *Proxy) Serve(l net.Listener) error {
 // Shutdown stops accepting connections, waits for plain requests in
 // flight (at most until ctx ends) and closes every open tunnel.
 func (p *Proxy) Shutdown(ctx context.Context) error {
-	p.mu.Lock()
-	p.closed = true
-	servers := make([]*http.Server, 0, len(p.servers))
-	for s := range p.servers {
-		servers = append(servers, s)
-	}
-	p.mu.Unlock()
-	var errs []error
-	for _, s := range servers {
-		errs = append(errs, s.Shutdown(ctx))
-	}
-	p.closeTunnels()
-	return errors.Join(errs...)
+	return p.stop(func(s *http.Server) error { return s.Shutdown(ctx) })
 }
 
 // Close stops the proxy at once: listeners, connections and tunnels.
-func (p *Proxy) Close() error {
+func (p *Proxy) Close() error { return p.stop((*http.Server).Close) }
+
+// stop refuses new Serve calls, stops every server with stopServer, then
+// closes the open tunnels.
+func (p *Proxy) stop(stopServer func(*http.Server) error) error {
 	p.mu.Lock()
 	p.closed = true
-	servers := make([]*http.Server, 0, len(p.servers))
-	for s := range p.servers {
-		servers = append(servers, s)
-	}
+	servers := slices.Collect(maps.Keys(p.servers))
 	p.mu.Unlock()
 	var errs []error
 	for _, s := range servers {
-		errs = append(errs, s.Close())
+		errs = append(errs, stopServer(s))
 	}
 	p.closeTunnels()
 	return errors.Join(errs...)
@@ -245,10 +236,7 @@ func (p *Proxy) Close() error {
 
 func (p *Proxy) closeTunnels() {
 	p.mu.Lock()
-	tunnels := make([]*tunnelConn, 0, len(p.tunnels))
-	for t := range p.tunnels {
-		tunnels = append(tunnels, t)
-	}
+	tunnels := slices.Collect(maps.Keys(p.tunnels))
 	p.mu.Unlock()
 	for _, t := range tunnels {
 		t.Close()

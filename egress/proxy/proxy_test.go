@@ -551,24 +551,13 @@ func TestProxyRequestCap(t *testing.T) {
 
 // An upstream that accepts and never answers is cut at total_timeout.
 func TestProxyUpstreamNeverAnswers(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
 	var conns []net.Conn
 	var mu sync.Mutex
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			mu.Lock()
-			conns = append(conns, c) // hold it open, say nothing
-			mu.Unlock()
-		}
-	}()
+	port := egresstest.Upstream(t, func(c net.Conn) {
+		mu.Lock()
+		conns = append(conns, c) // hold it open, say nothing
+		mu.Unlock()
+	})
 	defer func() {
 		mu.Lock()
 		for _, c := range conns {
@@ -576,7 +565,6 @@ func TestProxyUpstreamNeverAnswers(t *testing.T) {
 		}
 		mu.Unlock()
 	}()
-	port := ln.Addr().(*net.TCPAddr).Port
 	e := newEnv(t, []int{port}, func(p *egress.Profile) { p.TotalTimeout = time.Second; p.ConnectTimeout = 500 * time.Millisecond })
 	start := time.Now()
 	resp, err := e.client().Get(fmt.Sprintf("http://up.test:%d/", port))
@@ -616,32 +604,18 @@ func TestProxyUpstreamNeverAnswers(t *testing.T) {
 // A tunnel is cut once more than max_response_bytes + TunnelSlack come down
 // or max_request_bytes + TunnelSlack go up.
 func TestProxyTunnelByteCaps(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			go func() {
-				defer c.Close()
-				buf := make([]byte, 1)
-				if _, err := c.Read(buf); err != nil {
-					return
-				}
-				if buf[0] == 'd' { // flood down
-					c.Write(bytes.Repeat([]byte("x"), 1<<20))
-					return
-				}
-				io.Copy(io.Discard, c) // swallow uploads
-			}()
+	port := egresstest.Upstream(t, func(c net.Conn) {
+		defer c.Close()
+		buf := make([]byte, 1)
+		if _, err := c.Read(buf); err != nil {
+			return
 		}
-	}()
-	port := ln.Addr().(*net.TCPAddr).Port
+		if buf[0] == 'd' { // flood down
+			c.Write(bytes.Repeat([]byte("x"), 1<<20))
+			return
+		}
+		io.Copy(io.Discard, c) // swallow uploads
+	})
 	e := newEnv(t, []int{port}, func(p *egress.Profile) { p.MaxResponseBytes = 1000; p.MaxRequestBytes = 1000 })
 	tunnel := func() (net.Conn, *bufio.Reader) {
 		c, err := net.Dial("tcp", e.addr)
@@ -716,21 +690,7 @@ func TestProxyRateLimit(t *testing.T) {
 }
 
 func TestProxyConcurrentTunnelLimit(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			go func() { io.Copy(io.Discard, c); c.Close() }()
-		}
-	}()
-	port := ln.Addr().(*net.TCPAddr).Port
+	port := egresstest.Upstream(t, func(c net.Conn) { io.Copy(io.Discard, c); c.Close() })
 	e := newEnvConfig(t, []int{port}, Config{MaxConnsPerClient: 2})
 	var open []net.Conn
 	defer func() {

@@ -41,9 +41,9 @@ const (
 // knownRoles lists the roles a keys file may grant, sorted.
 var knownRoles = []string{RoleAdmin, RoleAgent, RoleReviewer, RoleSecurity}
 
-// KeyPrefix starts every key that Generate makes, so that a leaked key is
+// keyPrefix starts every key that Generate makes, so that a leaked key is
 // easy to recognise (e.g. by secret scanners).
-const KeyPrefix = "sbx_"
+const keyPrefix = "sbx_"
 
 // Key is an authenticated API key's identity. The plaintext key and its hash
 // are not part of it, so a Key can be logged.
@@ -171,7 +171,7 @@ func (r *Keyring) Lookup(fp Fingerprint) (*Key, bool) {
 
 // Generate makes a random development key with the given identity and
 // roles and a Keyring holding only it, for running without a keys file. The
-// plaintext is KeyPrefix followed by 32 random bytes in unpadded base64url.
+// plaintext is keyPrefix followed by 32 random bytes in unpadded base64url.
 // It panics if id or tenant is not a valid name or a role is unknown or
 // missing: callers pass constants.
 func Generate(id, tenant string, roles ...string) (plaintext string, ring *Keyring) {
@@ -193,7 +193,7 @@ func Generate(id, tenant string, roles ...string) (plaintext string, ring *Keyri
 	// crypto/rand.Read does not fail; the Go runtime aborts if the system
 	// random source is broken.
 	_, _ = rand.Read(b[:])
-	plaintext = KeyPrefix + base64.RawURLEncoding.EncodeToString(b[:])
+	plaintext = keyPrefix + base64.RawURLEncoding.EncodeToString(b[:])
 	k := &Key{ID: id, Tenant: tenant, Roles: slices.Clone(roles)}
 	return plaintext, &Keyring{entries: []entry{{hash: sha256.Sum256([]byte(plaintext)), key: k}}}
 }

@@ -10,6 +10,8 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+
+	"github.com/sandboxd/sandboxd/internal/yamlfile"
 )
 
 func sha(s string) string {
@@ -216,9 +218,9 @@ func TestKeysFileErrors(t *testing.T) {
 			if err == nil {
 				t.Fatalf("LoadFile succeeded (%d keys, warnings %q), want an error", ring.Len(), warnings)
 			}
-			var aerr *Error
+			var aerr *yamlfile.Error
 			if !errors.As(err, &aerr) {
-				t.Fatalf("error = %v (%T), want *Error", err, err)
+				t.Fatalf("error = %v (%T), want *yamlfile.Error", err, err)
 			}
 			if aerr.File != path || aerr.Line != tc.line {
 				t.Errorf("error at %s:%d, want %s:%d (%v)", aerr.File, aerr.Line, path, tc.line, err)
@@ -279,7 +281,7 @@ func TestPlaintextThatLooksLikeAHash(t *testing.T) {
 func TestLoadFileMissing(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "nope.yaml")
 	_, _, err := LoadFile(path)
-	var aerr *Error
+	var aerr *yamlfile.Error
 	if !errors.As(err, &aerr) || aerr.File != path || !strings.Contains(aerr.Msg, "cannot read the keys file: no such file or directory") {
 		t.Errorf("LoadFile(missing) = %v", err)
 	}
@@ -379,16 +381,16 @@ func TestParseBearer(t *testing.T) {
 }
 
 func TestErrorString(t *testing.T) {
-	if got := (&Error{File: "k.yaml", Line: 3, Msg: "bad"}).Error(); got != "k.yaml:3: bad" {
+	if got := (&yamlfile.Error{File: "k.yaml", Line: 3, Msg: "bad"}).Error(); got != "k.yaml:3: bad" {
 		t.Errorf("got %q", got)
 	}
-	if got := (&Error{File: "k.yaml", Msg: "bad"}).Error(); got != "k.yaml: bad" {
+	if got := (&yamlfile.Error{File: "k.yaml", Msg: "bad"}).Error(); got != "k.yaml: bad" {
 		t.Errorf("got %q", got)
 	}
 }
 
 // FuzzParseKeys feeds arbitrary bytes to the keys-file parser. It must not
-// panic; failures are *Error naming the file; an accepted file yields a
+// panic; failures are *yamlfile.Error naming the file; an accepted file yields a
 // non-empty keyring of valid, unique keys.
 func FuzzParseKeys(f *testing.F) {
 	for _, seed := range []string{
@@ -403,9 +405,9 @@ func FuzzParseKeys(f *testing.F) {
 	f.Fuzz(func(t *testing.T, data []byte) {
 		ring, warnings, err := parse("keys.yaml", data)
 		if err != nil {
-			var aerr *Error
+			var aerr *yamlfile.Error
 			if !errors.As(err, &aerr) || aerr.File != "keys.yaml" || aerr.Line < 0 || aerr.Msg == "" {
-				t.Fatalf("error %v (%T) is not a well-formed *Error", err, err)
+				t.Fatalf("error %v (%T) is not a well-formed *yamlfile.Error", err, err)
 			}
 			return
 		}

@@ -7,8 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"io/fs"
-	"os"
 	"regexp"
 	"slices"
 	"strconv"
@@ -19,21 +17,14 @@ import (
 	"github.com/sandboxd/sandboxd/internal/yamlfile"
 )
 
-// Error is a problem in the keys file, as "file:line: problem". Its
-// message never contains a key.
-type Error = yamlfile.Error
-
 // LoadFile reads and validates the keys file at path. The warnings say
 // which entries store a plaintext key; they never contain the key. Any
-// problem makes LoadFile fail with an *Error pointing at its line.
+// problem makes LoadFile fail with a *yamlfile.Error pointing at its line
+// ("file:line: problem"), whose message never contains a key either.
 func LoadFile(path string) (*Keyring, []string, error) {
-	data, err := os.ReadFile(path)
+	data, err := yamlfile.ReadFile(path, "the keys file")
 	if err != nil {
-		var pe *fs.PathError
-		if errors.As(err, &pe) {
-			err = pe.Err
-		}
-		return nil, nil, &Error{File: path, Msg: fmt.Sprintf("cannot read the keys file: %v", err)}
+		return nil, nil, err
 	}
 	return parse(path, data)
 }
@@ -46,8 +37,8 @@ type parser struct {
 	file string
 }
 
-func (p *parser) errf(line int, format string, args ...any) *Error {
-	return &Error{File: p.file, Line: line, Msg: fmt.Sprintf(format, args...)}
+func (p *parser) errf(line int, format string, args ...any) *yamlfile.Error {
+	return &yamlfile.Error{File: p.file, Line: line, Msg: fmt.Sprintf(format, args...)}
 }
 
 // parse decodes a keys file. file names it in errors and warnings.
@@ -133,7 +124,7 @@ func (p *parser) document(data []byte) (*yaml.Node, error) {
 	return root, nil
 }
 
-func (p *parser) yamlErr(err error) *Error {
+func (p *parser) yamlErr(err error) *yamlfile.Error {
 	if m := yamlLine.FindStringSubmatch(err.Error()); m != nil {
 		if line, convErr := strconv.Atoi(m[1]); convErr == nil {
 			return p.errf(line, "invalid YAML: %s", m[2])
@@ -181,27 +172,30 @@ func (p *parser) entry(i int, n *yaml.Node) (e parsedEntry, err error) {
 		return v.Value, v.Line, nil
 	}
 
-	id, idLine, err := str("id")
+	// name reads a required name field; hint says what to set when it is
+	// missing.
+	name := func(field, hint string) (string, error) {
+		v, line, err := str(field)
+		if err != nil {
+			return "", err
+		}
+		if v == "" {
+			return "", p.errf(lineOr(line, n.Line), "%s has no %s; %s", where, field, hint)
+		}
+		if msg := checkName(field, v); msg != "" {
+			return "", p.errf(line, "%s", msg)
+		}
+		return v, nil
+	}
+
+	id, err := name("id", "set id: to a name for the key, e.g. id: agent-1")
 	if err != nil {
 		return e, err
-	}
-	if id == "" {
-		return e, p.errf(lineOr(idLine, n.Line), "%s has no id; set id: to a name for the key, e.g. id: agent-1", where)
-	}
-	if msg := checkName("id", id); msg != "" {
-		return e, p.errf(idLine, "%s", msg)
 	}
 	where = fmt.Sprintf("key %q", id)
-
-	tenant, tenantLine, err := str("tenant")
+	tenant, err := name("tenant", "set tenant: to the tenant it acts for")
 	if err != nil {
 		return e, err
-	}
-	if tenant == "" {
-		return e, p.errf(lineOr(tenantLine, n.Line), "%s has no tenant; set tenant: to the tenant it acts for", where)
-	}
-	if msg := checkName("tenant", tenant); msg != "" {
-		return e, p.errf(tenantLine, "%s", msg)
 	}
 
 	roles, err := p.roles(where, vals["roles"], n.Line)

@@ -171,7 +171,7 @@ func (p *Plane) QueueFull() *api.Error {
 		return nil
 	}
 	if running, waiting, slots := p.cfg.Gate.Stats(); running >= slots && waiting >= p.cfg.Queue {
-		return p.Refusal(BusyError(running, waiting, slots))
+		return p.Refusal(busyError(running, waiting, slots))
 	}
 	return nil
 }

@@ -26,16 +26,16 @@ func (p *Plane) Append(r *audit.Record) error {
 func (p *Plane) Recorded(r *audit.Record, a *Answer, what string) *Answer {
 	if err := p.Append(r); err != nil {
 		p.cfg.Log.Error("writing an audit record failed; the answer is withheld", "kind", r.Kind, "subject", r.Subject, "err", err)
-		e := ErrAnswer(AuditUnavailable(what))
+		e := ErrAnswer(auditUnavailable(what))
 		e.Keep = a.Keep
 		return e
 	}
 	return a
 }
 
-// AuditUnavailable is the 503 of an action whose record could not be
+// auditUnavailable is the 503 of an action whose record could not be
 // written.
-func AuditUnavailable(what string) *api.Error {
+func auditUnavailable(what string) *api.Error {
 	return &api.Error{Status: http.StatusServiceUnavailable, Code: api.CodeAuditUnavailable,
 		Message: fmt.Sprintf("%s finished, but its audit record could not be written, so its result is withheld; the operator must repair the audit log (the request id names it in the log)", what)}
 }

@@ -28,16 +28,16 @@ func (p *Plane) BudgetError(r *budget.Refusal) *api.Error {
 	return p.Refusal(e)
 }
 
-// BusyError is the 429 BUSY of full run slots and queue.
-func BusyError(running, waiting, slots int) *api.Error {
+// busyError is the 429 BUSY of full run slots and queue.
+func busyError(running, waiting, slots int) *api.Error {
 	return &api.Error{Status: http.StatusTooManyRequests, Code: api.CodeBusy, RetryAfter: 1 + waiting/max(slots, 1),
 		Message: fmt.Sprintf("all %d run slots are busy (%d running, %d waiting); retry after the Retry-After seconds", slots, running, waiting)}
 }
 
-// GateBusy is BusyError with the gate's current figures, counted.
+// GateBusy is busyError with the gate's current figures, counted.
 func (p *Plane) GateBusy() *api.Error {
 	running, waiting, slots := p.cfg.Gate.Stats()
-	return p.Refusal(BusyError(running, waiting, slots))
+	return p.Refusal(busyError(running, waiting, slots))
 }
 
 // StoreFailed is the 503 of a usage store that failed a budget check.

@@ -18,8 +18,8 @@ import (
 
 // Limits of one dataset, so that a snapshot is bounded work.
 const (
-	MaxFiles = 100_000
-	MaxBytes = 64 << 30
+	maxFiles = 100_000
+	maxBytes = 64 << 30
 )
 
 type entry struct {
@@ -56,11 +56,11 @@ func walk(root string) ([]entry, error) {
 		}
 		out = append(out, e)
 		total += e.size
-		if len(out) > MaxFiles {
-			return fmt.Errorf("dataset %s has more than %d entries", root, MaxFiles)
+		if len(out) > maxFiles {
+			return fmt.Errorf("dataset %s has more than %d entries", root, maxFiles)
 		}
-		if total > MaxBytes {
-			return fmt.Errorf("dataset %s holds more than %d bytes", root, int64(MaxBytes))
+		if total > maxBytes {
+			return fmt.Errorf("dataset %s holds more than %d bytes", root, int64(maxBytes))
 		}
 		return nil
 	})

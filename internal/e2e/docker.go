@@ -13,16 +13,16 @@ import (
 // Labels sandboxd puts on its containers (the suites' own copy of that
 // contract).
 const (
-	LabelManaged  = "sandboxd.managed"
-	LabelInstance = "sandboxd.instance"
+	labelManaged  = "sandboxd.managed"
+	labelInstance = "sandboxd.instance"
 	LabelExecID   = "sandboxd.exec-id"
 	// Managed selects sandboxd's containers, for ListContainers.
-	Managed = LabelManaged + "=true"
+	Managed = labelManaged + "=true"
 )
 
 // Instance selects the containers of one sandboxd instance, for
 // ListContainers.
-func Instance(id string) string { return LabelInstance + "=" + id }
+func Instance(id string) string { return labelInstance + "=" + id }
 
 // Docker returns a client of the engine the environment names (DOCKER_HOST
 // or the default socket) after checking that it answers.
@@ -50,9 +50,9 @@ func ListContainers(ctx context.Context, cli *client.Client, labels ...string) (
 	return cli.ContainerList(ctx, container.ListOptions{All: true, Filters: args})
 }
 
-// Describe names a container for a failure message: id, name, state and
+// describe names a container for a failure message: id, name, state and
 // exec id.
-func Describe(c container.Summary) string {
+func describe(c container.Summary) string {
 	name := ""
 	if len(c.Names) > 0 {
 		name = c.Names[0]
@@ -75,7 +75,7 @@ func WaitGone(timeout time.Duration, list func(context.Context) ([]container.Sum
 		}
 		for _, c := range cs {
 			if sel(c) {
-				left = append(left, Describe(c))
+				left = append(left, describe(c))
 			}
 		}
 		if len(left) == 0 || time.Now().After(deadline) {

@@ -15,13 +15,13 @@ func TestKeysYAML(t *testing.T) {
 		Key{ID: "a", Tenant: "acme", Roles: []string{"agent", "reviewer"}, Secret: "s1"},
 		Key{ID: "n", Tenant: "acme", Secret: "s2"})
 	want := "keys:\n" +
-		"  - id: a\n    tenant: acme\n    key_sha256: " + SHA256Hex("s1") + "\n    roles: [agent, reviewer]\n" +
-		"  - id: n\n    tenant: acme\n    key_sha256: " + SHA256Hex("s2") + "\n    roles: []\n"
+		"  - id: a\n    tenant: acme\n    key_sha256: " + sha256Hex("s1") + "\n    roles: [agent, reviewer]\n" +
+		"  - id: n\n    tenant: acme\n    key_sha256: " + sha256Hex("s2") + "\n    roles: []\n"
 	if got != want {
 		t.Errorf("KeysYAML:\n%s\nwant:\n%s", got, want)
 	}
-	if SHA256Hex("abc") != "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad" {
-		t.Errorf("SHA256Hex(abc) = %s", SHA256Hex("abc"))
+	if sha256Hex("abc") != "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad" {
+		t.Errorf("sha256Hex(abc) = %s", sha256Hex("abc"))
 	}
 	if s := NewSecret("p_"); !strings.HasPrefix(s, "p_") || len(s) != 2+48 || s == NewSecret("p_") {
 		t.Errorf("NewSecret: %q", s)

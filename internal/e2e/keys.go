@@ -28,8 +28,8 @@ func RandHex(n int) string {
 // NewSecret returns a fresh key secret: prefix and 24 random bytes in hex.
 func NewSecret(prefix string) string { return prefix + RandHex(24) }
 
-// SHA256Hex returns the hex SHA-256 of s, as a keys file names a secret.
-func SHA256Hex(s string) string {
+// sha256Hex returns the hex SHA-256 of s, as a keys file names a secret.
+func sha256Hex(s string) string {
 	h := sha256.Sum256([]byte(s))
 	return hex.EncodeToString(h[:])
 }
@@ -39,7 +39,7 @@ func KeysYAML(keys ...Key) string {
 	var b strings.Builder
 	b.WriteString("keys:\n")
 	for _, k := range keys {
-		fmt.Fprintf(&b, "  - id: %s\n    tenant: %s\n    key_sha256: %s\n    roles: [%s]\n", k.ID, k.Tenant, SHA256Hex(k.Secret), strings.Join(k.Roles, ", "))
+		fmt.Fprintf(&b, "  - id: %s\n    tenant: %s\n    key_sha256: %s\n    roles: [%s]\n", k.ID, k.Tenant, sha256Hex(k.Secret), strings.Join(k.Roles, ", "))
 	}
 	return b.String()
 }

@@ -1,9 +1,12 @@
 package e2e
 
 import (
+	"context"
 	"fmt"
 	"os"
+	"strings"
 
+	"github.com/docker/docker/api/types/container"
 	"github.com/docker/docker/client"
 )
 
@@ -26,7 +29,7 @@ func Main(name, tmpPrefix string, run func(*Suite) int) {
 }
 
 func mainCode(name, tmpPrefix string, run func(*Suite) int) int {
-	s, err := NewSuite(name, tmpPrefix)
+	s, err := newSuite(name, tmpPrefix)
 	if err != nil {
 		return (&Suite{Name: name}).Fatalf("%v", err)
 	}
@@ -34,9 +37,9 @@ func mainCode(name, tmpPrefix string, run func(*Suite) int) int {
 	return run(s)
 }
 
-// NewSuite sets a Suite up; Close undoes it. On an error it undoes what it
+// newSuite sets a Suite up; Close undoes it. On an error it undoes what it
 // did.
-func NewSuite(name, tmpPrefix string) (*Suite, error) {
+func newSuite(name, tmpPrefix string) (*Suite, error) {
 	s := &Suite{Name: name}
 	if err := s.setUp(tmpPrefix); err != nil {
 		s.Close()
@@ -50,6 +53,35 @@ func NewSuite(name, tmpPrefix string) (*Suite, error) {
 func (s *Suite) Fatalf(format string, args ...any) int {
 	fmt.Fprintf(os.Stderr, "\n%s: FATAL: %s\n", s.Name, fmt.Sprintf(format, args...))
 	return 1
+}
+
+// Finish ends a suite whose tests returned code: it stops srv (SIGTERM,
+// ShutdownTimeout), then requires that list finds none of srv's
+// containers left within FinalCleanupTimeout and that each of the checks
+// after returns nil, and on any failure prints srv's last log lines. It
+// returns code, or 1 when the shutdown failed.
+func (s *Suite) Finish(code int, srv *Server, list func(context.Context) ([]container.Summary, error), after ...func() error) int {
+	if err := srv.Stop(ShutdownTimeout); err != nil {
+		fmt.Fprintf(os.Stderr, "%s: FAIL: %v\n", s.Name, err)
+		code = 1
+	}
+	if left := WaitGone(FinalCleanupTimeout, list, Any); len(left) > 0 {
+		fmt.Fprintf(os.Stderr, "%s: FAIL: %d container(s) of the suite's server remain %v after it exited on SIGTERM: %s\n",
+			s.Name, len(left), FinalCleanupTimeout, strings.Join(left, ", "))
+		code = 1
+	} else {
+		fmt.Fprintf(os.Stderr, "%s: no container of the suite's server remains after shutdown\n", s.Name)
+	}
+	for _, check := range after {
+		if err := check(); err != nil {
+			fmt.Fprintf(os.Stderr, "%s: FAIL: %v\n", s.Name, err)
+			code = 1
+		}
+	}
+	if code != 0 {
+		fmt.Fprintf(os.Stderr, "\n--- last lines of sandboxd's output ---\n%s\n", srv.Log.Tail(80))
+	}
+	return code
 }
 
 func (s *Suite) setUp(tmpPrefix string) error {

@@ -11,39 +11,8 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"github.com/sandboxd/sandboxd/api"
+	"github.com/sandboxd/sandboxd/internal/mcptest"
 )
-
-// bearer adds a key to every request, as an MCP host configured with one
-// does.
-type bearer struct {
-	key  string
-	next http.RoundTripper
-	hdr  map[string]string
-}
-
-func (b bearer) RoundTrip(r *http.Request) (*http.Response, error) {
-	r = r.Clone(r.Context())
-	if b.key != "" {
-		r.Header.Set("Authorization", "Bearer "+b.key)
-	}
-	for k, v := range b.hdr {
-		r.Header.Set(k, v)
-	}
-	return b.next.RoundTrip(r)
-}
-
-func mcpSession(t *testing.T, base, key string, hdr map[string]string) (*mcp.ClientSession, error) {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	c := mcp.NewClient(&mcp.Implementation{Name: "test", Version: "1"}, nil)
-	tr := &mcp.StreamableClientTransport{Endpoint: base + "/mcp", HTTPClient: &http.Client{Transport: bearer{key: key, next: http.DefaultTransport, hdr: hdr}}, DisableStandaloneSSE: true}
-	cs, err := c.Connect(ctx, tr, nil)
-	if err == nil {
-		t.Cleanup(func() { cs.Close() })
-	}
-	return cs, err
-}
 
 func callTool(t *testing.T, cs *mcp.ClientSession, name string, args any) *mcp.CallToolResult {
 	t.Helper()
@@ -56,36 +25,13 @@ func callTool(t *testing.T, cs *mcp.ClientSession, name string, args any) *mcp.C
 	return res
 }
 
-func resultText(r *mcp.CallToolResult) string {
-	var b strings.Builder
-	for _, c := range r.Content {
-		if tc, ok := c.(*mcp.TextContent); ok {
-			b.WriteString(tc.Text)
-		}
-	}
-	return b.String()
-}
-
-func structured(t *testing.T, r *mcp.CallToolResult) map[string]any {
-	t.Helper()
-	b, err := json.Marshal(r.StructuredContent)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var m map[string]any
-	if err := json.Unmarshal(b, &m); err != nil {
-		t.Fatalf("structured content is not an object: %s", b)
-	}
-	return m
-}
-
 // The MCP SDK's client lists both tools over /mcp and calls them; the
 // calls go through the API with the caller's key and headers.
 func TestMCPOverStreamableHTTP(t *testing.T) {
 	f := newFetchFixture(t, "")
 	ts := httptest.NewServer(f.srv.Handler())
 	t.Cleanup(ts.Close)
-	cs, err := mcpSession(t, ts.URL, keyAgent, map[string]string{"X-Session-Id": "mcp-s1"})
+	cs, err := mcptest.Connect(t, ts.URL, keyAgent, map[string]string{"X-Session-Id": "mcp-s1"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -118,10 +64,10 @@ func TestMCPOverStreamableHTTP(t *testing.T) {
 	// run_python: text for the model, the /exec response as structured content.
 	f.eng.result.Stdout = []byte("42\n")
 	res := callTool(t, cs, ToolRunPython, map[string]any{"language": "python", "code": "print(6*7)"})
-	if res.IsError || !strings.Contains(resultText(res), "status: ok") || !strings.Contains(resultText(res), "42") {
-		t.Fatalf("run_python: %+v %s", res, resultText(res))
+	if res.IsError || !strings.Contains(mcptest.Text(res), "status: ok") || !strings.Contains(mcptest.Text(res), "42") {
+		t.Fatalf("run_python: %+v %s", res, mcptest.Text(res))
 	}
-	if st := structured(t, res); st["status"] != "ok" || st["stdout"] != "42\n" || st["limits"] == nil {
+	if st := mcptest.Object(t, res); st["status"] != "ok" || st["stdout"] != "42\n" || st["limits"] == nil {
 		t.Fatalf("run_python structured: %v", st)
 	}
 	// The session header reached the API: the session has one exec.
@@ -132,8 +78,8 @@ func TestMCPOverStreamableHTTP(t *testing.T) {
 
 	// fetch_url: the wrapped, untrusted content as text; the response fields structured.
 	res = callTool(t, cs, ToolFetchURL, map[string]any{"url": f.url("pages.test", "/page"), "profile": "pages"})
-	text := resultText(res)
-	st := structured(t, res)
+	text := mcptest.Text(res)
+	st := mcptest.Object(t, res)
 	if res.IsError || st["untrusted"] != true || st["nonce"] == "" {
 		t.Fatalf("fetch_url: %+v %s", st, text)
 	}
@@ -147,24 +93,24 @@ func TestMCPOverStreamableHTTP(t *testing.T) {
 
 	// A bad call is a tool error the model can act on: field, problem, allowed values.
 	res = callTool(t, cs, ToolRunPython, map[string]any{"language": "ruby", "code": "puts 1"})
-	if !res.IsError || !strings.Contains(resultText(res), "VALIDATION (field language)") || !strings.Contains(resultText(res), `allowed: "python"`) ||
-		!strings.Contains(resultText(res), "Fix the arguments") {
-		t.Fatalf("bad language: %+v %s", res, resultText(res))
+	if !res.IsError || !strings.Contains(mcptest.Text(res), "VALIDATION (field language)") || !strings.Contains(mcptest.Text(res), `allowed: "python"`) ||
+		!strings.Contains(mcptest.Text(res), "Fix the arguments") {
+		t.Fatalf("bad language: %+v %s", res, mcptest.Text(res))
 	}
-	if e, _ := structured(t, res)["error"].(map[string]any); e["field"] != "language" {
-		t.Fatalf("bad language: structured %v", structured(t, res))
+	if e, _ := mcptest.Object(t, res)["error"].(map[string]any); e["field"] != "language" {
+		t.Fatalf("bad language: structured %v", mcptest.Object(t, res))
 	}
 	res = callTool(t, cs, ToolRunPython, map[string]any{"language": "python", "code": "1", "limits": map[string]any{"memory_mb": 100000}})
-	if !res.IsError || !strings.Contains(resultText(res), "limits.memory_mb") || !strings.Contains(resultText(res), "ceiling") {
-		t.Fatalf("raised limit: %s", resultText(res))
+	if !res.IsError || !strings.Contains(mcptest.Text(res), "limits.memory_mb") || !strings.Contains(mcptest.Text(res), "ceiling") {
+		t.Fatalf("raised limit: %s", mcptest.Text(res))
 	}
 	res = callTool(t, cs, ToolFetchURL, map[string]any{"url": f.url("pages.test", "/page")})
-	if !res.IsError || !strings.Contains(resultText(res), "field profile") {
-		t.Fatalf("fetch without profile: %s", resultText(res))
+	if !res.IsError || !strings.Contains(mcptest.Text(res), "field profile") {
+		t.Fatalf("fetch without profile: %s", mcptest.Text(res))
 	}
 	res = callTool(t, cs, ToolFetchURL, map[string]any{"url": f.url("pages.test", "/to-evil"), "profile": "pages"})
-	if !res.IsError || !strings.Contains(resultText(res), "EGRESS_DENIED") || !strings.Contains(resultText(res), "do not retry") {
-		t.Fatalf("egress denied: %s", resultText(res))
+	if !res.IsError || !strings.Contains(mcptest.Text(res), "EGRESS_DENIED") || !strings.Contains(mcptest.Text(res), "do not retry") {
+		t.Fatalf("egress denied: %s", mcptest.Text(res))
 	}
 	// The listed schema has no async, and the tool refuses it: what the
 	// schema offers is what the tool takes.
@@ -174,17 +120,17 @@ func TestMCPOverStreamableHTTP(t *testing.T) {
 		}
 	}
 	res = callTool(t, cs, ToolRunPython, map[string]any{"language": "python", "code": "1", "async": true})
-	if !res.IsError || !strings.Contains(resultText(res), `VALIDATION (field async): unknown field "async"`) {
-		t.Fatalf("async: %s", resultText(res))
+	if !res.IsError || !strings.Contains(mcptest.Text(res), `VALIDATION (field async): unknown field "async"`) {
+		t.Fatalf("async: %s", mcptest.Text(res))
 	}
 	// Arguments reach /exec as sent: a key twice is refused there.
 	res = callTool(t, cs, ToolRunPython, json.RawMessage(`{"language":"python","code":"print(1)","code":"print(2)"}`))
-	if !res.IsError || !strings.Contains(resultText(res), "VALIDATION (field code)") || !strings.Contains(resultText(res), "appears twice") {
-		t.Fatalf("code twice: %s", resultText(res))
+	if !res.IsError || !strings.Contains(mcptest.Text(res), "VALIDATION (field code)") || !strings.Contains(mcptest.Text(res), "appears twice") {
+		t.Fatalf("code twice: %s", mcptest.Text(res))
 	}
 	res = callTool(t, cs, ToolRunPython, nil)
-	if !res.IsError || !strings.Contains(resultText(res), "is required") {
-		t.Fatalf("no arguments: %s", resultText(res))
+	if !res.IsError || !strings.Contains(mcptest.Text(res), "is required") {
+		t.Fatalf("no arguments: %s", mcptest.Text(res))
 	}
 	if n := len(f.eng.specs); n != 1 {
 		t.Fatalf("%d runs reached the engine, want 1", n)
@@ -204,11 +150,11 @@ func TestMCPNeedsAnAgentKey(t *testing.T) {
 	ts := httptest.NewServer(f.srv.Handler())
 	t.Cleanup(ts.Close)
 	for _, key := range []string{"", "sbx_wrong"} {
-		if _, err := mcpSession(t, ts.URL, key, nil); err == nil || !strings.Contains(err.Error(), "Unauthorized") {
+		if _, err := mcptest.Connect(t, ts.URL, key, nil); err == nil || !strings.Contains(err.Error(), "Unauthorized") {
 			t.Errorf("key %q: connect error %v, want a 401", key, err)
 		}
 	}
-	if _, err := mcpSession(t, ts.URL, f.agent, nil); err != nil {
+	if _, err := mcptest.Connect(t, ts.URL, f.agent, nil); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -216,10 +162,7 @@ func TestMCPNeedsAnAgentKey(t *testing.T) {
 func TestToolsEndpoint(t *testing.T) {
 	f := newFixture(t, 1, 1)
 	get := func(target string) (int, []byte) {
-		req := httptest.NewRequest("GET", target, nil)
-		req.Header.Set("Authorization", "Bearer "+f.agent)
-		rec := httptest.NewRecorder()
-		f.srv.Handler().ServeHTTP(rec, req)
+		rec := serve(f.srv, "GET", target, f.agent, "")
 		return rec.Code, rec.Body.Bytes()
 	}
 	code, raw := get("/tools")

@@ -3,7 +3,6 @@ package httpapi
 import (
 	"context"
 	"log/slog"
-	"sync"
 	"testing"
 	"time"
 
@@ -14,25 +13,13 @@ import (
 	"github.com/sandboxd/sandboxd/internal/execflow"
 	"github.com/sandboxd/sandboxd/internal/logbuf"
 	"github.com/sandboxd/sandboxd/internal/store"
+	"github.com/sandboxd/sandboxd/internal/testclock"
 )
 
 type approvalFixture struct {
 	*egressFixture
-	mu   sync.Mutex // guards now
-	now  time.Time
-	logs logbuf.Buffer
-}
-
-func (f *approvalFixture) clock() time.Time {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return f.now
-}
-
-func (f *approvalFixture) advance(d time.Duration) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.now = f.now.Add(d)
+	clock *testclock.Clock
+	logs  logbuf.Buffer
 }
 
 // newApprovalFixture is the egress fixture with an egress profile
@@ -40,7 +27,7 @@ func (f *approvalFixture) advance(d time.Duration) {
 // approval service on the server's store with a fake clock, and its log.
 func newApprovalFixture(t *testing.T) *approvalFixture {
 	t.Helper()
-	f := &approvalFixture{egressFixture: newEgressFixture(t), now: time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)}
+	f := &approvalFixture{egressFixture: newEgressFixture(t), clock: testclock.New(time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC))}
 	p := egress.Defaults()
 	p.Name, p.Mode = "research-approve", egress.ModeApprove
 	p.Allow = []egress.Rule{{Name: "reference", Hosts: []string{"en.wikipedia.org"}}}
@@ -51,7 +38,7 @@ func newApprovalFixture(t *testing.T) *approvalFixture {
 	set.Egress[p.Name] = &p
 	f.res.Set("docs.example", "93.184.216.40")
 	f.res.Set("inside.example", "10.9.8.7")
-	svc := approval.New(approval.Config{Store: f.srv.plane.Store(), Log: slog.New(slog.NewJSONHandler(&f.logs, nil)), Now: f.clock})
+	svc := approval.New(approval.Config{Store: f.srv.plane.Store(), Log: slog.New(slog.NewJSONHandler(&f.logs, nil)), Now: f.clock.Now})
 	srv := newServer(t, Config{
 		DataDir: f.srv.cfg.DataDir, Profiles: set, Keys: f.srv.cfg.Keys, Log: f.srv.log, MaxBodyBytes: 1 << 20,
 		Resolver: f.res, Control: Control{Store: f.srv.plane.Store()}, Approvals: svc,
@@ -87,7 +74,7 @@ func TestApprovalsAPI(t *testing.T) {
 		t.Fatalf("first request: %v %s %q", d.Allow, d.Code, d.ApprovalID)
 	}
 	id := d.ApprovalID
-	f.advance(time.Minute)
+	f.clock.Add(time.Minute)
 	f.request("https://docs.example/other")
 
 	// Roles: agents neither list nor decide; no key is 401.
@@ -191,7 +178,7 @@ func TestApprovalsAPI(t *testing.T) {
 
 	// Expired: denied again, a new request is filed, the old one cannot be
 	// decided any more.
-	f.advance(24 * time.Hour)
+	f.clock.Add(24 * time.Hour)
 	d = f.request("https://docs.example/")
 	if d.Allow || d.Code != egress.CodeApproval || d.ApprovalID == id {
 		t.Fatalf("after expiry: %v %s %s", d.Allow, d.Code, d.ApprovalID)

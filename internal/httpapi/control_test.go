@@ -6,12 +6,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
-	"os"
-	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -20,6 +17,7 @@ import (
 
 	"github.com/sandboxd/sandboxd/api"
 	"github.com/sandboxd/sandboxd/internal/auth"
+	"github.com/sandboxd/sandboxd/internal/auth/authtest"
 	"github.com/sandboxd/sandboxd/internal/control"
 	"github.com/sandboxd/sandboxd/internal/control/admit"
 	"github.com/sandboxd/sandboxd/internal/control/budget"
@@ -28,11 +26,12 @@ import (
 	"github.com/sandboxd/sandboxd/internal/logbuf"
 	"github.com/sandboxd/sandboxd/internal/store"
 	"github.com/sandboxd/sandboxd/profiles"
+	"github.com/sandboxd/sandboxd/redact"
 	"github.com/sandboxd/sandboxd/runner"
 )
 
 // ctlFixture is a server with a file store, agent keys of two tenants and an
-// admin key, for the control plane's tests.
+// admin key, for the control plane's tests and those built on them.
 type ctlFixture struct {
 	t      *testing.T
 	srv    *Server
@@ -42,6 +41,14 @@ type ctlFixture struct {
 	tenant string // tenants file content
 	wait   time.Duration
 	logs   *logbuf.Buffer
+	// set is the profile set in force; nil is the shipped profiles.
+	set *profiles.Set
+	// redactLogs sends every log line through the redactor, as sandboxd
+	// serve does.
+	redactLogs bool
+	// configure, when set, changes the server's configuration at each
+	// start.
+	configure func(*Config)
 	// audit is the server's audit log (each start opens a new one); set
 	// failing to refuse every append.
 	audit *switchLog
@@ -71,20 +78,16 @@ const (
 
 var ctlSet = sync.OnceValues(func() (*profiles.Set, error) { return profiles.Load("../../profiles") })
 
+// ring is the control tests' keys: agents of acme and other, an admin, a
+// reviewer of acme and a security key of other.
 func ring(t testing.TB) *auth.Keyring {
-	p := filepath.Join(t.TempDir(), "keys.yaml")
-	os.WriteFile(p, []byte(fmt.Sprintf(`keys:
+	return authtest.Keyring(t, fmt.Sprintf(`keys:
   - {id: agent-1, tenant: acme, key: %s, roles: [agent]}
   - {id: other-1, tenant: other, key: %s, roles: [agent]}
   - {id: ops-1, tenant: ops, key: %s, roles: [admin]}
   - {id: rev-1, tenant: acme, key: %s, roles: [reviewer]}
   - {id: sec-1, tenant: other, key: %s, roles: [security]}
-`, keyAgent, keyOther, keyAdmin, keyRev, keySec)), 0o600)
-	r, _, err := auth.LoadFile(p)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return r
+`, keyAgent, keyOther, keyAdmin, keyRev, keySec))
 }
 
 // causeEngine says why a run was stopped, as the real runner does.
@@ -100,8 +103,8 @@ func (e causeEngine) Run(ctx context.Context, spec *runner.Spec) (*runner.Result
 
 func newCtl(t *testing.T, tenants string, wait time.Duration) *ctlFixture {
 	t.Helper()
-	f := &ctlFixture{t: t, dir: t.TempDir(), tenant: tenants, wait: wait, logs: &logbuf.Buffer{}}
-	f.eng = &fakeEngine{result: runner.Result{Status: runner.StatusOK, Stdout: []byte("1\n"), ImageID: "sha256:fake"}}
+	f := &ctlFixture{t: t, dir: t.TempDir(), tenant: tenants, wait: wait, logs: &logbuf.Buffer{},
+		eng: &fakeEngine{result: runner.Result{Status: runner.StatusOK, Stdout: []byte("1\n"), ImageID: "sha256:fake"}}}
 	f.start()
 	return f
 }
@@ -110,9 +113,11 @@ func newCtl(t *testing.T, tenants string, wait time.Duration) *ctlFixture {
 // process would: the store is reopened and recovered.
 func (f *ctlFixture) start() {
 	t := f.t
-	set, err := ctlSet()
-	if err != nil {
-		t.Fatal(err)
+	set, err := f.set, error(nil)
+	if set == nil {
+		if set, err = ctlSet(); err != nil {
+			t.Fatal(err)
+		}
 	}
 	st, err := store.OpenSQLite(f.dir)
 	if err != nil {
@@ -128,7 +133,11 @@ func (f *ctlFixture) start() {
 			t.Fatal(err)
 		}
 	}
-	log := slog.New(slog.NewJSONHandler(f.logs, nil))
+	var h slog.Handler = slog.NewJSONHandler(f.logs, nil)
+	if f.redactLogs {
+		h = redact.NewHandler(h, redact.Default())
+	}
+	log := slog.New(h)
 	f.st = st
 	al, err := audit.Open("")
 	if err != nil {
@@ -136,10 +145,14 @@ func (f *ctlFixture) start() {
 	}
 	t.Cleanup(func() { al.Close() })
 	f.audit = &switchLog{Log: al}
-	f.srv = newServer(t, Config{Audit: f.audit,
+	sc := Config{Audit: f.audit,
 		DataDir: f.dir, Profiles: set, Keys: ring(t), Engine: causeEngine{f.eng}, Gate: admit.New(2, 4, time.Minute), Log: log, MaxBodyBytes: 1 << 20,
 		Control: Control{Store: st, Owner: owner, Limits: budget.New(cfg, st, log), IdempotencyWait: f.wait, Queue: 4},
-	})
+	}
+	if f.configure != nil {
+		f.configure(&sc)
+	}
+	f.srv = newServer(t, sc)
 	t.Cleanup(f.stop)
 }
 
@@ -178,19 +191,7 @@ func (r *reply) errCode() string {
 
 func (f *ctlFixture) req(method, path, key, body string, headers ...string) *reply {
 	f.t.Helper()
-	var rd io.Reader
-	if body != "" {
-		rd = strings.NewReader(body)
-	}
-	r := httptest.NewRequest(method, path, rd)
-	if key != "" {
-		r.Header.Set("Authorization", "Bearer "+key)
-	}
-	for i := 0; i+1 < len(headers); i += 2 {
-		r.Header.Set(headers[i], headers[i+1])
-	}
-	rec := httptest.NewRecorder()
-	f.srv.Handler().ServeHTTP(rec, r)
+	rec := serve(f.srv, method, path, key, body, headers...)
 	out := &reply{code: rec.Code, header: rec.Header(), raw: rec.Body.Bytes()}
 	_ = json.Unmarshal(rec.Body.Bytes(), &out.body)
 	return out

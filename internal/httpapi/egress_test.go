@@ -5,15 +5,12 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
-	"net/http/httptest"
-	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
 
 	"github.com/sandboxd/sandboxd/egress/egresstest"
-	"github.com/sandboxd/sandboxd/internal/auth"
+	"github.com/sandboxd/sandboxd/internal/auth/authtest"
 	"github.com/sandboxd/sandboxd/profiles"
 )
 
@@ -35,18 +32,10 @@ func newEgressFixture(t *testing.T) *egressFixture {
 	if err != nil {
 		t.Fatal(err)
 	}
-	keysFile := filepath.Join(t.TempDir(), "keys.yaml")
-	keys := "keys:\n" +
-		"  - {id: agent, tenant: t, key: " + egressKeyAgent + ", roles: [agent]}\n" +
-		"  - {id: sec, tenant: t, key: " + egressKeySecurity + ", roles: [security]}\n" +
-		"  - {id: admin, tenant: t, key: " + egressKeyAdmin + ", roles: [admin]}\n"
-	if err := os.WriteFile(keysFile, []byte(keys), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	ring, _, err := auth.LoadFile(keysFile)
-	if err != nil {
-		t.Fatal(err)
-	}
+	ring := authtest.Keyring(t, "keys:\n"+
+		"  - {id: agent, tenant: t, key: "+egressKeyAgent+", roles: [agent]}\n"+
+		"  - {id: sec, tenant: t, key: "+egressKeySecurity+", roles: [security]}\n"+
+		"  - {id: admin, tenant: t, key: "+egressKeyAdmin+", roles: [admin]}\n")
 	res := egresstest.NewResolver(map[string][]string{
 		"en.wikipedia.org":       {"198.35.26.96", "2620:0:863:ed1a::1"},
 		"internal.wikipedia.org": {"10.1.2.3"},
@@ -65,12 +54,7 @@ func newEgressFixture(t *testing.T) *egressFixture {
 
 func (f *egressFixture) do(t *testing.T, method, path, key, body string) (int, map[string]any) {
 	t.Helper()
-	req := httptest.NewRequest(method, path, strings.NewReader(body))
-	if key != "" {
-		req.Header.Set("Authorization", "Bearer "+key)
-	}
-	rec := httptest.NewRecorder()
-	f.srv.Handler().ServeHTTP(rec, req)
+	rec := serve(f.srv, method, path, key, body)
 	var out map[string]any
 	if err := json.Unmarshal(rec.Body.Bytes(), &out); err != nil {
 		t.Fatalf("%s %s: body is not JSON: %q", method, path, rec.Body.String())

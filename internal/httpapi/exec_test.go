@@ -78,13 +78,7 @@ func newFixture(t *testing.T, slots, queue int) *fixture {
 
 func (f *fixture) do(t *testing.T, key, body string) (*http.Response, map[string]any) {
 	t.Helper()
-	req := httptest.NewRequest(http.MethodPost, "/exec", strings.NewReader(body))
-	req.Header.Set("Content-Type", "application/json")
-	if key != "" {
-		req.Header.Set("Authorization", "Bearer "+key)
-	}
-	rec := httptest.NewRecorder()
-	f.srv.Handler().ServeHTTP(rec, req)
+	rec := serve(f.srv, http.MethodPost, "/exec", key, body, "Content-Type", "application/json")
 	var out map[string]any
 	if err := json.Unmarshal(rec.Body.Bytes(), &out); err != nil {
 		t.Fatalf("response is not JSON: %v: %q", err, rec.Body.String())
@@ -207,10 +201,7 @@ func TestExecAuth(t *testing.T) {
 	}
 	// A key without the role a route needs gets 403.
 	f.srv.echo.GET("/admin-only", func(c echo.Context) error { return c.NoContent(204) }, f.srv.authenticate(auth.RoleAdmin))
-	req := httptest.NewRequest(http.MethodGet, "/admin-only", nil)
-	req.Header.Set("Authorization", "Bearer "+f.agent)
-	rec := httptest.NewRecorder()
-	f.srv.Handler().ServeHTTP(rec, req)
+	rec := serve(f.srv, http.MethodGet, "/admin-only", f.agent, "")
 	if rec.Code != http.StatusForbidden || !strings.Contains(rec.Body.String(), api.CodeForbidden) {
 		t.Fatalf("agent key on an admin route: %d %s", rec.Code, rec.Body.String())
 	}

@@ -6,7 +6,6 @@ import (
 	"context"
 	"encoding/json"
 	"io"
-	"log/slog"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -21,14 +20,10 @@ import (
 	"github.com/sandboxd/sandboxd/browse"
 	"github.com/sandboxd/sandboxd/egress"
 	"github.com/sandboxd/sandboxd/egress/egresstest"
-	"github.com/sandboxd/sandboxd/internal/control"
-	"github.com/sandboxd/sandboxd/internal/control/admit"
 	"github.com/sandboxd/sandboxd/internal/control/budget"
 	"github.com/sandboxd/sandboxd/internal/forensics/capture"
 	"github.com/sandboxd/sandboxd/internal/logbuf"
-	"github.com/sandboxd/sandboxd/internal/store"
 	"github.com/sandboxd/sandboxd/profiles"
-	"github.com/sandboxd/sandboxd/redact"
 	"github.com/sandboxd/sandboxd/runner"
 )
 
@@ -100,46 +95,26 @@ func newFetchFixture(t *testing.T, tenants string) *fetchFixture {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := egress.Defaults()
-	p.Name = "pages"
-	p.Allow = []egress.Rule{{Hosts: []string{"pages.test", "other.test"}, Ports: []int{port}}}
-	p.Deny = []egress.Rule{{Name: "no-evil", Hosts: []string{"evil.test"}}}
-	p.AllowCIDRs = []string{"127.0.0.1/32"}
-	p.MaxResponseBytes = 5000
-	if err := p.Compile(); err != nil {
-		t.Fatal(err)
-	}
-	set.Egress["pages"] = &p
+	set.Egress["pages"] = egresstest.LoopbackProfile(t, "pages", port, []string{"pages.test", "other.test"}, func(p *egress.Profile) {
+		p.Deny = []egress.Rule{{Name: "no-evil", Hosts: []string{"evil.test"}}}
+		p.MaxResponseBytes = 5000
+	})
 
 	dir := t.TempDir()
 	caps, err := capture.Open(filepath.Join(dir, "captures"), capture.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(func() { caps.Close() })
 	f.captures = caps
 	res := egresstest.NewResolver(map[string][]string{"pages.test": {"127.0.0.1"}, "other.test": {"127.0.0.1"}, "evil.test": {"127.0.0.1"}})
-	cf := &ctlFixture{t: t, dir: dir, tenant: tenants, wait: 2 * time.Second, logs: &logbuf.Buffer{}}
-	cf.eng = &fakeEngine{result: runner.Result{Status: runner.StatusOK}}
-	st, err := store.OpenSQLite(dir)
-	if err != nil {
-		t.Fatal(err)
+	cf := &ctlFixture{t: t, dir: dir, tenant: tenants, wait: 2 * time.Second, logs: &logbuf.Buffer{}, set: set, redactLogs: true,
+		eng: &fakeEngine{result: runner.Result{Status: runner.StatusOK}}}
+	cf.configure = func(c *Config) {
+		c.Fetcher = &browse.Fetcher{Checker: &egress.Checker{Resolver: res}, Log: c.Log}
+		c.Captures = caps
 	}
-	var cfg *budget.Config
-	if tenants != "" {
-		if cfg, err = budget.Parse("tenants.yaml", []byte(tenants)); err != nil {
-			t.Fatal(err)
-		}
-	}
-	// As sandboxd serve does: every line goes through the redactor.
-	log := slog.New(redact.NewHandler(slog.NewJSONHandler(cf.logs, nil), redact.Default()))
-	cf.st = st
-	cf.srv = newServer(t, Config{
-		DataDir: dir, Profiles: set, Keys: ring(t), Engine: causeEngine{cf.eng}, Gate: admit.New(2, 4, time.Minute), Log: log, MaxBodyBytes: 1 << 20,
-		Control:  Control{Store: st, Owner: control.NewOwnerID(), Limits: budget.New(cfg, st, log), IdempotencyWait: 2 * time.Second},
-		Fetcher:  &browse.Fetcher{Checker: &egress.Checker{Resolver: res}, Log: log},
-		Captures: caps,
-	})
-	t.Cleanup(cf.stop)
+	cf.start()
 	f.ctlFixture = cf
 	return f
 }

@@ -3,7 +3,9 @@ package httpapi
 import (
 	"io"
 	"log/slog"
+	"net/http/httptest"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -84,4 +86,24 @@ func (s *Server) with(t testing.TB, change func(*Config)) *Server {
 	cfg.Control.Metrics = nil // a registry takes each metric once
 	s.Close()
 	return newServer(t, cfg)
+}
+
+// serve sends one request to srv and returns the recorded answer: key,
+// unless "", as the bearer token, body, unless "", as the body, and
+// headers as name, value pairs.
+func serve(srv *Server, method, path, key, body string, headers ...string) *httptest.ResponseRecorder {
+	var rd io.Reader
+	if body != "" {
+		rd = strings.NewReader(body)
+	}
+	r := httptest.NewRequest(method, path, rd)
+	if key != "" {
+		r.Header.Set("Authorization", "Bearer "+key)
+	}
+	for i := 0; i+1 < len(headers); i += 2 {
+		r.Header.Set(headers[i], headers[i+1])
+	}
+	rec := httptest.NewRecorder()
+	srv.Handler().ServeHTTP(rec, r)
+	return rec
 }

@@ -1,6 +1,8 @@
 package httpapi
 
 import (
+	"strings"
+
 	"github.com/labstack/echo/v4"
 
 	"github.com/sandboxd/sandboxd/internal/reviewui"
@@ -12,5 +14,5 @@ import (
 // /audit and GET /captures. The page sets its own security headers (a
 // strict Content-Security-Policy, nosniff, no-referrer) on every response.
 func (s *Server) uiRoutes(e *echo.Echo) {
-	reviewui.New(reviewui.Config{Audit: s.audit, Captures: s.captures, Keys: s.cfg.Keys, Log: s.log}).Register(e.Group("/ui"))
+	reviewui.New(reviewui.Config{Audit: s.audit, Captures: s.captures, Keys: s.cfg.Keys, Log: s.log}).Register(e.Group(strings.TrimSuffix(reviewui.Prefix, "/")))
 }

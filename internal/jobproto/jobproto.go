@@ -179,18 +179,18 @@ func DecodeFile(p []byte) (FileHeader, []byte, error) {
 	return h, content, nil
 }
 
-// MaxPathLen bounds an input file's relative path.
-const MaxPathLen = 255
+// maxPathLen bounds an input file's relative path.
+const maxPathLen = 255
 
 // CheckPath reports why p is not an acceptable input-file path: it must be
 // relative to WorkDir, clean, without "." or ".." elements, empty elements,
-// NUL or control characters, and at most MaxPathLen bytes.
+// NUL or control characters, and at most maxPathLen bytes.
 func CheckPath(p string) error {
 	switch {
 	case p == "":
 		return errors.New("path is empty")
-	case len(p) > MaxPathLen:
-		return fmt.Errorf("path is longer than %d bytes", MaxPathLen)
+	case len(p) > maxPathLen:
+		return fmt.Errorf("path is longer than %d bytes", maxPathLen)
 	case p[0] == '/':
 		return errors.New("path is absolute; give a path relative to /sandbox, such as data/input.csv")
 	}

@@ -9,7 +9,7 @@ import (
 )
 
 func TestCheckPath(t *testing.T) {
-	ok := []string{"a", "data.csv", "dir/sub/file.txt", "out/x", ".hidden", "a..b", "..a", strings.Repeat("x", MaxPathLen)}
+	ok := []string{"a", "data.csv", "dir/sub/file.txt", "out/x", ".hidden", "a..b", "..a", strings.Repeat("x", maxPathLen)}
 	for _, p := range ok {
 		if err := CheckPath(p); err != nil {
 			t.Errorf("CheckPath(%q) = %v, want nil", p, err)
@@ -28,7 +28,7 @@ func TestCheckPath(t *testing.T) {
 		"a\x00b":                          "control",
 		"a\nb":                            "control",
 		`a\..\b`:                          "backslash",
-		strings.Repeat("x", MaxPathLen+1): "longer",
+		strings.Repeat("x", maxPathLen+1): "longer",
 	}
 	for p, want := range bad {
 		err := CheckPath(p)

@@ -38,7 +38,7 @@ import (
 	"github.com/sandboxd/sandboxd/browse"
 	"github.com/sandboxd/sandboxd/egress"
 	"github.com/sandboxd/sandboxd/egress/egresstest"
-	"github.com/sandboxd/sandboxd/internal/auth"
+	"github.com/sandboxd/sandboxd/internal/auth/authtest"
 	"github.com/sandboxd/sandboxd/internal/control/admit"
 	"github.com/sandboxd/sandboxd/internal/control/budget"
 	"github.com/sandboxd/sandboxd/internal/forensics/audit"
@@ -123,30 +123,16 @@ func startServer(t *testing.T) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := egress.Defaults()
-	p.Name = "pages"
-	p.Allow = []egress.Rule{{Hosts: []string{"news.test"}, Ports: []int{port}}}
-	p.AllowCIDRs = []string{"127.0.0.1/32"}
-	if err := p.Compile(); err != nil {
-		t.Fatal(err)
-	}
-	set.Egress["pages"] = &p
+	set.Egress["pages"] = egresstest.LoopbackProfile(t, "pages", port, []string{"news.test"})
 
 	dir := t.TempDir()
 	e := &env{agent: "sbx_agent_" + strconv.FormatInt(time.Now().UnixNano(), 36), hostP: "news.test:" + portS}
 	e.reviewer = e.agent + "_reviewer"
 	sum := func(k string) string { s := sha256.Sum256([]byte(k)); return hex.EncodeToString(s[:]) }
-	keysFile := filepath.Join(dir, "keys.yaml")
-	if err := os.WriteFile(keysFile, []byte(fmt.Sprintf(`keys:
+	keys := authtest.Keyring(t, fmt.Sprintf(`keys:
   - {id: agent-1, tenant: acme, key_sha256: %s, roles: [agent]}
   - {id: rev-1, tenant: acme, key_sha256: %s, roles: [reviewer]}
-`, sum(e.agent), sum(e.reviewer))), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	keys, _, err := auth.LoadFile(keysFile)
-	if err != nil {
-		t.Fatal(err)
-	}
+`, sum(e.agent), sum(e.reviewer)))
 	alog, err := audit.Open(dir)
 	if err != nil {
 		t.Fatal(err)

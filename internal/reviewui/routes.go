@@ -56,7 +56,7 @@ var read = []string{http.MethodGet, http.MethodHead}
 func (h *Handler) secure(next echo.HandlerFunc) echo.HandlerFunc {
 	return func(c echo.Context) error {
 		hd := c.Response().Header()
-		hd.Set("Content-Security-Policy", CSP)
+		hd.Set("Content-Security-Policy", csp)
 		hd.Set("X-Content-Type-Options", "nosniff")
 		hd.Set("Referrer-Policy", "no-referrer")
 		hd.Set("X-Frame-Options", "DENY")

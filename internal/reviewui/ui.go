@@ -70,9 +70,9 @@ var staticFS embed.FS
 
 // Headers set on every response of the review page.
 const (
-	// CSP allows nothing but the page's own style sheet and images, and
+	// csp allows nothing but the page's own style sheet and images, and
 	// forms that post to the page itself; no script of any origin runs.
-	CSP = "default-src 'none'; style-src 'self'; img-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'"
+	csp = "default-src 'none'; style-src 'self'; img-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'"
 	// Prefix is the path the page is served under.
 	Prefix = "/ui/"
 )

@@ -14,12 +14,9 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/url"
-	"os"
-	"path/filepath"
 	"regexp"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -28,8 +25,10 @@ import (
 	xhtml "golang.org/x/net/html"
 
 	"github.com/sandboxd/sandboxd/internal/auth"
+	"github.com/sandboxd/sandboxd/internal/auth/authtest"
 	"github.com/sandboxd/sandboxd/internal/forensics/audit"
 	"github.com/sandboxd/sandboxd/internal/forensics/capture"
+	"github.com/sandboxd/sandboxd/internal/testclock"
 )
 
 const (
@@ -58,26 +57,9 @@ type fixture struct {
 	keys  *auth.Keyring
 	log   audit.Log
 	caps  *capture.SQLite
-	clock *clock
+	clock *testclock.Clock
 	// ids of planted records and captures
 	acmeExec, acmeFetch, otherExec, otherCap, acmeExecCap, acmeFetchCap string
-}
-
-type clock struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-func (c *clock) now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.t
-}
-
-func (c *clock) add(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.t = c.t.Add(d)
 }
 
 // keysFile is the test's keys: agent-1, rev-1, sec-1 and ops-1.
@@ -88,21 +70,7 @@ var keysFile = fmt.Sprintf(`keys:
   - {id: ops-1, tenant: ops, key: %s, roles: [admin]}
 `, keyAgent, keyRev, keySec, keyAdmin)
 
-func keyring(t *testing.T) *auth.Keyring { return keyringOf(t, keysFile) }
-
-// keyringOf loads a keys file of the given content.
-func keyringOf(t *testing.T, content string) *auth.Keyring {
-	t.Helper()
-	p := filepath.Join(t.TempDir(), "keys.yaml")
-	if err := os.WriteFile(p, []byte(content), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	r, _, err := auth.LoadFile(p)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return r
-}
+func keyring(t *testing.T) *auth.Keyring { return authtest.Keyring(t, keysFile) }
 
 func gzipped(s string) []byte {
 	var b bytes.Buffer
@@ -124,7 +92,7 @@ func newFixture(t *testing.T) *fixture {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { caps.Close() })
-	f := &fixture{t: t, log: log, caps: caps, clock: &clock{t: time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)}}
+	f := &fixture{t: t, log: log, caps: caps, clock: testclock.New(time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC))}
 	ctx := context.Background()
 
 	put := func(c *capture.Capture) string {
@@ -180,7 +148,7 @@ func newFixture(t *testing.T) *fixture {
 		Message: "OTHER_TENANT_RECORD", CaptureIDs: []string{f.otherCap}})
 
 	f.keys = keyring(t)
-	f.h = mount(New(Config{Audit: log, Captures: caps, Keys: f.keys, Now: f.clock.now, Origins: []string{origin}}))
+	f.h = mount(New(Config{Audit: log, Captures: caps, Keys: f.keys, Now: f.clock.Now, Origins: []string{origin}}))
 	return f
 }
 
@@ -492,18 +460,18 @@ func TestNext(t *testing.T) {
 func TestSessionExpiry(t *testing.T) {
 	f := newFixture(t)
 	c := f.signIn(keyRev)
-	f.clock.add(50 * time.Minute)
+	f.clock.Add(50 * time.Minute)
 	f.get(c, "/ui/audit", 200)
-	f.clock.add(61 * time.Minute) // idle for more than an hour
+	f.clock.Add(61 * time.Minute) // idle for more than an hour
 	if rec := f.do(request{path: "/ui/audit", cookies: []*http.Cookie{c}}); rec.Code != http.StatusSeeOther {
 		t.Fatalf("idle session: %d", rec.Code)
 	}
 	c = f.signIn(keyRev)
 	for range 8 {
-		f.clock.add(55 * time.Minute)
+		f.clock.Add(55 * time.Minute)
 		f.get(c, "/ui/audit", 200)
 	}
-	f.clock.add(55 * time.Minute) // past 8 hours in all
+	f.clock.Add(55 * time.Minute) // past 8 hours in all
 	if rec := f.do(request{path: "/ui/audit", cookies: []*http.Cookie{c}}); rec.Code != http.StatusSeeOther {
 		t.Fatalf("expired session: %d", rec.Code)
 	}
@@ -536,7 +504,7 @@ func TestKeysReloadEndsSessions(t *testing.T) {
 			if changed == keysFile {
 				t.Fatalf("the edit %q changes nothing", edit[0])
 			}
-			f.keys.Replace(keyringOf(t, changed))
+			f.keys.Replace(authtest.Keyring(t, changed))
 			for _, p := range []string{"/ui/audit", "/ui/audit/" + f.acmeExec, "/ui/captures/" + f.acmeExecCap, "/ui/session?id=sess-1"} {
 				rec := f.do(request{path: p, cookies: []*http.Cookie{c}})
 				if rec.Code != http.StatusSeeOther || rec.Header().Get("Location") != "/ui/login?"+(url.Values{"next": {p}}).Encode() ||
@@ -561,7 +529,7 @@ func TestKeysReloadEndsSessions(t *testing.T) {
 	f := newFixture(t)
 	rev, adm := f.signIn(keyRev), f.signIn(keyAdmin)
 	f.get(adm, "/ui/audit?tenant=other", 200)
-	f.keys.Replace(keyringOf(t, strings.Replace(keysFile, "roles: [admin]", "roles: [security]", 1)+
+	f.keys.Replace(authtest.Keyring(t, strings.Replace(keysFile, "roles: [admin]", "roles: [security]", 1)+
 		"  - {id: new-1, tenant: acme, key: sbx_new_key_0123456789, roles: [reviewer]}\n"))
 	if b := f.get(rev, "/ui/audit", 200); !strings.Contains(b, "fe_1") {
 		t.Error("the reviewer's session did not survive an unrelated reload")
@@ -977,7 +945,7 @@ func TestCaptureReadsAreAudited(t *testing.T) {
 		t.Errorf("a refused read was recorded as a read: %d", n)
 	}
 
-	f.h = mount(New(Config{Audit: failingAudit{f.log}, Captures: f.caps, Keys: keyring(t), Now: f.clock.now, Origins: []string{origin}}))
+	f.h = mount(New(Config{Audit: failingAudit{f.log}, Captures: f.caps, Keys: keyring(t), Now: f.clock.Now, Origins: []string{origin}}))
 	rev = f.signIn(keyRev)
 	code := string(mustPart(t, f, f.acmeExecCap, "code"))
 	for _, p := range []string{"/ui/captures/" + f.acmeExecCap, "/ui/captures/" + f.acmeExecCap + "/part?name=code"} {

@@ -324,7 +324,7 @@ func (h *Handler) capturePart(c echo.Context, s *session) error {
 		return h.showError(c, s, err)
 	}
 	hd := w.Header()
-	hd.Set("Content-Security-Policy", CSP+"; sandbox")
+	hd.Set("Content-Security-Policy", csp+"; sandbox")
 	hd.Set("Content-Type", "application/octet-stream")
 	hd.Set("Content-Disposition", fmt.Sprintf(`attachment; filename="%s-%s.bin"`, cp.ID, p.Name))
 	hd.Set("Content-Length", strconv.Itoa(len(p.Data)))

@@ -11,7 +11,6 @@ package seccompbpf
 import (
 	"bytes"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -24,45 +23,11 @@ import (
 	mobyseccomp "github.com/moby/profiles/seccomp"
 	libseccomp "github.com/seccomp/libseccomp-golang"
 
+	"github.com/sandboxd/sandboxd/internal/seccompfile"
+	"github.com/sandboxd/sandboxd/internal/yamlfile"
 	"github.com/sandboxd/sandboxd/profiles"
 	"golang.org/x/sys/unix"
 )
-
-// The parts of Docker's seccomp JSON that compiling needs. The file has
-// passed profiles.CheckSeccomp first, which refuses unknown fields.
-type scProfile struct {
-	DefaultAction   string   `json:"defaultAction"`
-	DefaultErrnoRet *uint    `json:"defaultErrnoRet"`
-	Architectures   []string `json:"architectures"`
-	ArchMap         []struct {
-		Architecture     string   `json:"architecture"`
-		SubArchitectures []string `json:"subArchitectures"`
-	} `json:"archMap"`
-	Syscalls []scRule `json:"syscalls"`
-}
-
-type scRule struct {
-	Name     string   `json:"name"`
-	Names    []string `json:"names"`
-	Action   string   `json:"action"`
-	ErrnoRet *uint    `json:"errnoRet"`
-	Args     []scArg  `json:"args"`
-	Includes *scCond  `json:"includes"`
-	Excludes *scCond  `json:"excludes"`
-}
-
-type scArg struct {
-	Index    uint   `json:"index"`
-	Value    uint64 `json:"value"`
-	ValueTwo uint64 `json:"valueTwo"`
-	Op       string `json:"op"`
-}
-
-type scCond struct {
-	Caps      []string `json:"caps"`
-	Arches    []string `json:"arches"`
-	MinKernel string   `json:"minKernel"`
-}
 
 // specArches maps Docker's SCMP_ARCH_* names to libseccomp's.
 var specArches = map[string]string{
@@ -85,7 +50,7 @@ var compareOps = map[string]libseccomp.ScmpCompareOp{
 
 // scAction converts an action as runc does (SCMP_ACT_KILL kills the thread;
 // ERRNO defaults to EPERM; TRACE passes errnoRet as the tracer's message).
-func scAction(name string, errnoRet *uint) (libseccomp.ScmpAction, error) {
+func scAction(name string, errnoRet *uint16) (libseccomp.ScmpAction, error) {
 	ret := int16(unix.EPERM)
 	if errnoRet != nil {
 		if *errnoRet > 4095 {
@@ -114,13 +79,9 @@ func scAction(name string, errnoRet *uint) (libseccomp.ScmpAction, error) {
 
 // CheckFile reads, validates and compiles file.
 func CheckFile(file string) (*Report, error) {
-	data, err := os.ReadFile(file)
+	data, err := yamlfile.ReadFile(file, "the seccomp profile")
 	if err != nil {
-		var pe *os.PathError
-		if errors.As(err, &pe) {
-			err = pe.Err
-		}
-		return nil, &profiles.Error{File: file, Msg: fmt.Sprintf("cannot read the seccomp profile: %v", err)}
+		return nil, err
 	}
 	if err := profiles.CheckSeccomp(file, data); err != nil {
 		return nil, err
@@ -162,7 +123,9 @@ func Build(file string, data []byte, kernel string) (_ *libseccomp.ScmpFilter, _
 	fail := func(line int, format string, args ...any) error {
 		return &profiles.Error{File: file, Line: line, Msg: fmt.Sprintf(format, args...)}
 	}
-	var p scProfile
+	// The file has passed profiles.CheckSeccomp, which refuses unknown
+	// fields, or is a test's.
+	var p seccompfile.Profile
 	if err := json.Unmarshal(data, &p); err != nil {
 		return nil, nil, fail(0, "invalid JSON: %v", err)
 	}
@@ -173,7 +136,11 @@ func Build(file string, data []byte, kernel string) (_ *libseccomp.ScmpFilter, _
 	if err != nil {
 		return nil, nil, fmt.Errorf("libseccomp does not know this architecture: %w", err)
 	}
-	defAct, err := scAction(p.DefaultAction, p.DefaultErrnoRet)
+	var defName string
+	if p.DefaultAction != nil {
+		defName = *p.DefaultAction
+	}
+	defAct, err := scAction(defName, p.DefaultErrnoRet)
 	if err != nil {
 		return nil, nil, fail(lineOf(data, "defaultAction"), "defaultAction: %v", err)
 	}
@@ -227,10 +194,7 @@ func Build(file string, data []byte, kernel string) (_ *libseccomp.ScmpFilter, _
 	goArch := runtime.GOARCH
 	docker := dockerSyscallNames()
 	for i, r := range p.Syscalls {
-		names := r.Names
-		if r.Name != "" {
-			names = append([]string{r.Name}, names...)
-		}
+		names := r.AllNames()
 		where := fmt.Sprintf("syscalls[%d] (%s)", i, strings.Join(names, ", "))
 		if len(where) > 80 {
 			where = fmt.Sprintf("syscalls[%d]", i)
@@ -306,7 +270,7 @@ func Build(file string, data []byte, kernel string) (_ *libseccomp.ScmpFilter, _
 
 // ruleApplies evaluates a rule's includes and excludes the way Docker does
 // for a container without capabilities, on goArch and kernel.
-func ruleApplies(r scRule, goArch, kernel string) (bool, string, error) {
+func ruleApplies(r seccompfile.Rule, goArch, kernel string) (bool, string, error) {
 	if in := r.Includes; in != nil {
 		if len(in.Arches) > 0 && !slices.Contains(in.Arches, goArch) {
 			return false, "arch", nil
@@ -364,7 +328,7 @@ func KernelAtLeast(release, min string) (bool, error) {
 
 // scConditions converts a rule's args. separate says that two of them test
 // the same argument, which runc turns into one rule per condition.
-func scConditions(args []scArg) ([]libseccomp.ScmpCondition, bool, error) {
+func scConditions(args []seccompfile.Arg) ([]libseccomp.ScmpCondition, bool, error) {
 	var conds []libseccomp.ScmpCondition
 	seen := map[uint]bool{}
 	separate := false

@@ -146,8 +146,8 @@ func TestApprovalPurge(t *testing.T) {
 	}
 	mustDecide("ap_a", ApprovalDecision{State: ApprovalApproved, ExpiresAt: t0.Add(time.Hour)})
 	mustDecide("ap_r", ApprovalDecision{State: ApprovalRejected})
-	mustDecide("ap_live", ApprovalDecision{State: ApprovalApproved, ExpiresAt: t0.Add(ApprovalRetention + 2*time.Hour)})
-	now := t0.Add(ApprovalRetention + time.Hour)
+	mustDecide("ap_live", ApprovalDecision{State: ApprovalApproved, ExpiresAt: t0.Add(approvalRetention + 2*time.Hour)})
+	now := t0.Add(approvalRetention + time.Hour)
 	n, err := s.Purge(ctx, now, now.Add(-time.Hour))
 	if err != nil || n != 2 {
 		t.Fatalf("purge: %d rows, %v; want the stale pending request and the old approval", n, err)

@@ -15,8 +15,8 @@ import (
 	"github.com/sandboxd/sandboxd/internal/sqlitedb"
 )
 
-// FileName is the SQLite database's name in the data directory.
-const FileName = "sandboxd.db"
+// fileName is the SQLite database's name in the data directory.
+const fileName = "sandboxd.db"
 
 // lockName is the file a serving process holds an exclusive lock on, so two
 // processes never serve one data directory (Recover relies on that).
@@ -119,7 +119,7 @@ func OpenSQLite(dir string) (*SQLite, error) {
 			return nil, fmt.Errorf("the data dir %s is in use by another sandboxd process (lock %s held): %w", dir, lockName, err)
 		}
 		s.lock = lf
-		path = filepath.Join(dir, FileName)
+		path = filepath.Join(dir, fileName)
 	}
 	db, err := sql.Open("sqlite", sqlitedb.DSN(path, []string{"journal_mode(WAL)", "synchronous(NORMAL)", "busy_timeout(10000)", "foreign_keys(1)"}, true))
 	if err != nil {
@@ -133,7 +133,7 @@ func OpenSQLite(dir string) (*SQLite, error) {
 	s.db = db
 	if err := s.migrate(); err != nil {
 		s.Close()
-		return nil, fmt.Errorf("opening the store %s: %w", filepath.Join(dir, FileName), err)
+		return nil, fmt.Errorf("opening the store %s: %w", filepath.Join(dir, fileName), err)
 	}
 	return s, nil
 }
@@ -358,7 +358,7 @@ func (s *SQLite) Purge(ctx context.Context, now, usageBefore time.Time) (int64, 
 		{`DELETE FROM idempotency WHERE expires_at <= ?`, ms(now)},
 		{`DELETE FROM execs WHERE expires_at <= ?`, ms(now)},
 		{`DELETE FROM usage WHERE updated_at < ?`, ms(usageBefore)},
-		{`DELETE FROM approvals WHERE (state = 'approved' AND expires_at <= ?1) OR (state = 'pending' AND last_seen <= ?1)`, ms(now.Add(-ApprovalRetention))},
+		{`DELETE FROM approvals WHERE (state = 'approved' AND expires_at <= ?1) OR (state = 'pending' AND last_seen <= ?1)`, ms(now.Add(-approvalRetention))},
 	} {
 		res, err := s.db.ExecContext(ctx, q.sql, q.arg)
 		if err != nil {

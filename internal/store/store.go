@@ -130,7 +130,7 @@ type Store interface {
 	Recover(ctx context.Context, owner string) (RecoverStats, error)
 	// Purge deletes expired idempotency and exec records, usage rows not
 	// updated since usageBefore, and approval records that ended more than
-	// ApprovalRetention before now (approvals expired that long ago,
+	// 30 days (approvalRetention) before now (approvals expired that long ago,
 	// pending requests not seen for that long; rejections are kept); it
 	// returns how many rows went.
 	Purge(ctx context.Context, now, usageBefore time.Time) (int64, error)
@@ -150,10 +150,10 @@ const (
 	ApprovalExpired  = "expired" // derived, never stored
 )
 
-// ApprovalRetention is how long Purge keeps an expired approval, or a
+// approvalRetention is how long Purge keeps an expired approval, or a
 // pending request that nobody sent again. Forgetting a pending request
 // allows nothing: the next request files a new one.
-const ApprovalRetention = 30 * 24 * time.Hour
+const approvalRetention = 30 * 24 * time.Hour
 
 // ErrApprovalExpired is returned when a decision is made on an approval
 // that has expired: it is history, and a new request is filed instead.

@@ -27,8 +27,8 @@ func TestTabErrors(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			var got [][2]int
-			for _, e := range TabErrors("f.yaml", []byte(tc.src)) {
-				if e.File != "f.yaml" || e.Msg != TabMessage {
+			for _, e := range tabErrors("f.yaml", []byte(tc.src)) {
+				if e.File != "f.yaml" || e.Msg != tabMessage {
 					t.Errorf("error %v", e)
 				}
 				got = append(got, [2]int{e.Line, e.Column})
@@ -47,9 +47,9 @@ func TestSyntaxError(t *testing.T) {
 		src  string
 		want string
 	}{
-		{"a: 1\nb:\n  c: 1\n\td: 2\n", "f.yaml:4:1: " + TabMessage},
-		{"name: x\nlimits:\n\tcpus: 1\n", "f.yaml:3:1: " + TabMessage},
-		{"a: |\n\tx\n", "f.yaml:2:1: " + TabMessage},
+		{"a: 1\nb:\n  c: 1\n\td: 2\n", "f.yaml:4:1: " + tabMessage},
+		{"name: x\nlimits:\n\tcpus: 1\n", "f.yaml:3:1: " + tabMessage},
+		{"a: |\n\tx\n", "f.yaml:2:1: " + tabMessage},
 		{"name: x\n  bad: [\n", "f.yaml:2: invalid YAML: mapping values are not allowed in this context"},
 	}
 	for _, tc := range cases {

@@ -1,13 +1,17 @@
 // Package yamlfile holds what the YAML files security teams edit (profiles,
 // keys) share: an error and a warning that point at a file, line and
-// column, a list of errors reported together, "did you mean" suggestions
-// for misspelt keys, plain words for what a YAML node holds, and the YAML
-// parser's errors in words that say what to change.
+// column, reading a file into such an error, a list of errors reported
+// together, "did you mean" suggestions for misspelt keys, plain words for
+// what a YAML node holds, and the YAML parser's errors in words that say
+// what to change.
 package yamlfile
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
+	"io/fs"
+	"os"
 	"regexp"
 	"strconv"
 	"strings"
@@ -31,6 +35,26 @@ type Error struct {
 // Error returns "file:line:column: problem", leaving out the column or
 // the line when they are 0.
 func (e *Error) Error() string { return location(e.File, e.Line, e.Column) + e.Msg }
+
+// ReadFile reads file. A failure is an *Error that names the file once
+// and says what could not be read ("the keys file").
+func ReadFile(file, what string) ([]byte, error) {
+	data, err := os.ReadFile(file)
+	if err != nil {
+		return nil, &Error{File: file, Msg: fmt.Sprintf("cannot read %s: %v", what, StripPath(err))}
+	}
+	return data, nil
+}
+
+// StripPath drops the path from an *fs.PathError, for a message in an
+// Error, which names the file already.
+func StripPath(err error) error {
+	var pe *fs.PathError
+	if errors.As(err, &pe) {
+		return pe.Err
+	}
+	return err
+}
 
 // Warning is a value that is allowed but deserves a second look (an
 // allow_cidrs entry that opens an always-denied range). It never stops a
@@ -132,7 +156,7 @@ var parserLine = regexp.MustCompile(`^yaml: line (\d+): (.*)$`)
 // token", at times a line off), is named as such with its line and column,
 // every one of them at once.
 func SyntaxError(file string, data []byte, err error) Errors {
-	if tabs := TabErrors(file, data); len(tabs) > 0 {
+	if tabs := tabErrors(file, data); len(tabs) > 0 {
 		return tabs
 	}
 	msg := strings.TrimPrefix(err.Error(), "yaml: ")
@@ -145,14 +169,14 @@ func SyntaxError(file string, data []byte, err error) Errors {
 	return Errors{{File: file, Line: line, Msg: "invalid YAML: " + msg}}
 }
 
-// TabMessage is the problem of a tab in a line's indentation.
-const TabMessage = "tabs are not allowed for indentation in YAML; use spaces"
+// tabMessage is the problem of a tab in a line's indentation.
+const tabMessage = "tabs are not allowed for indentation in YAML; use spaces"
 
-// TabErrors returns an *Error for every line of data whose indentation
+// tabErrors returns an *Error for every line of data whose indentation
 // (the spaces and "- " list markers before its first other character)
 // holds a tab. Lines of a block scalar (after "key: |" or "key: >") that
 // are indented further than its key are content, where tabs are allowed.
-func TabErrors(file string, data []byte) Errors {
+func tabErrors(file string, data []byte) Errors {
 	var out Errors
 	blockIndent := -1 // indentation of the key that opened a block scalar
 	for i, text := range bytes.Split(data, []byte("\n")) {
@@ -165,7 +189,7 @@ func TabErrors(file string, data []byte) Errors {
 			blockIndent = -1
 		}
 		if col := tabInIndent(text); col > 0 {
-			out = append(out, &Error{File: file, Line: i + 1, Column: col, Msg: TabMessage})
+			out = append(out, &Error{File: file, Line: i + 1, Column: col, Msg: tabMessage})
 			continue
 		}
 		if opensBlockScalar(text) {

@@ -1,6 +1,9 @@
 package yamlfile
 
 import (
+	"errors"
+	"os"
+	"path/filepath"
 	"testing"
 
 	"go.yaml.in/yaml/v3"
@@ -36,5 +39,24 @@ func TestDescribeAndKind(t *testing.T) {
 		if got := Kind(v); got != tc.kind {
 			t.Errorf("Kind(%s) = %q, want %q", tc.src, got, tc.kind)
 		}
+	}
+}
+
+func TestReadFileNamesTheFileOnce(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "missing.yaml")
+	_, err := ReadFile(file, "the keys file")
+	var e *Error
+	if !errors.As(err, &e) || e.File != file {
+		t.Fatalf("error %v (%T), want an *Error for %s", err, err, file)
+	}
+	if want := file + ": cannot read the keys file: no such file or directory"; err.Error() != want {
+		t.Errorf("error %q, want %q", err, want)
+	}
+	good := filepath.Join(t.TempDir(), "keys.yaml")
+	if err := os.WriteFile(good, []byte("keys: []\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if data, err := ReadFile(good, "the keys file"); err != nil || string(data) != "keys: []\n" {
+		t.Errorf("ReadFile of a readable file: %q %v", data, err)
 	}
 }

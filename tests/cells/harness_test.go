@@ -76,24 +76,12 @@ func runMain(m *testing.M, suite *e2e.Suite) (code int) {
 		return fatalf("%v: %s\n--- sandboxd output ---\n%s", err, body, srv.Log.Tail(80))
 	}
 
-	code = m.Run()
-
-	if err := srv.Stop(e2e.ShutdownTimeout); err != nil {
-		fmt.Fprintf(os.Stderr, "sandboxd cells suite: FAIL: %v\n", err)
-		code = 1
-	}
-	if left := e2e.WaitGone(e2e.FinalCleanupTimeout, ourContainers, e2e.Any); len(left) > 0 {
-		fmt.Fprintf(os.Stderr, "sandboxd cells suite: FAIL: %d container(s) of this server remain after it exited: %s\n", len(left), strings.Join(left, ", "))
-		code = 1
-	}
-	if left := leftOf(hostsSeen.Snapshot()); len(left) > 0 {
-		fmt.Fprintf(os.Stderr, "sandboxd cells suite: FAIL: after shutdown the host still has processes or mounts of cell hosts: %s\n", strings.Join(left, "; "))
-		code = 1
-	}
-	if code != 0 {
-		fmt.Fprintf(os.Stderr, "\n--- last lines of sandboxd's output ---\n%s\n", srv.Log.Tail(60))
-	}
-	return code
+	return suite.Finish(m.Run(), srv, ourContainers, func() error {
+		if left := leftOf(hostsSeen.Snapshot()); len(left) > 0 {
+			return fmt.Errorf("after shutdown the host still has processes or mounts of cell hosts: %s", strings.Join(left, "; "))
+		}
+		return nil
+	})
 }
 
 // ourContainers lists the containers (running or not) of this server.

@@ -31,6 +31,7 @@ import (
 
 	"github.com/sandboxd/sandboxd/internal/e2e"
 	"github.com/sandboxd/sandboxd/internal/logbuf"
+	"github.com/sandboxd/sandboxd/internal/mcptest"
 )
 
 // The hostile page's own words: none may stand outside the envelope.
@@ -274,38 +275,19 @@ func (fs *fetchServer) mcpFetch(t *testing.T, url string) (string, fetchAnswer) 
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	c := mcp.NewClient(&mcp.Implementation{Name: "security-suite", Version: "1"}, nil)
-	cs, err := c.Connect(ctx, &mcp.StreamableClientTransport{Endpoint: fs.api.URL + "/mcp", DisableStandaloneSSE: true,
-		HTTPClient: &http.Client{Transport: bearer{key: fs.api.Key}}}, nil)
+	cs, err := mcptest.Connect(t, fs.api.URL, fs.api.Key, nil)
 	if err != nil {
 		t.Fatalf("connecting to /mcp: %v", err)
 	}
-	defer cs.Close()
 	r, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "fetch_url", Arguments: map[string]any{"url": url, "profile": "fetchtext"}})
 	if err != nil || r.IsError {
 		t.Fatalf("fetch_url: %v %+v", err, r)
 	}
-	var text strings.Builder
-	for _, c := range r.Content {
-		if tc, ok := c.(*mcp.TextContent); ok {
-			text.WriteString(tc.Text)
-		}
-	}
 	var ans fetchAnswer
-	b, _ := json.Marshal(r.StructuredContent)
-	if err := json.Unmarshal(b, &ans); err != nil {
-		t.Fatalf("fetch_url's structured content: %v\n%s", err, b)
+	if err := mcptest.Structured(r, &ans); err != nil {
+		t.Fatalf("fetch_url's structured content: %v\n%v", err, r.StructuredContent)
 	}
-	return text.String(), ans
-}
-
-// bearer adds the API key to the MCP client's requests.
-type bearer struct{ key string }
-
-func (b bearer) RoundTrip(r *http.Request) (*http.Response, error) {
-	r = r.Clone(r.Context())
-	r.Header.Set("Authorization", "Bearer "+b.key)
-	return http.DefaultTransport.RoundTrip(r)
+	return mcptest.Text(r), ans
 }
 
 // writeTestFile writes data to path, creating its directory.

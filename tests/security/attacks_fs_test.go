@@ -31,10 +31,7 @@ targets = [("core_pattern", "/proc/sys/kernel/core_pattern", None),
            ("ip_forward", "/proc/sys/net/ipv4/ip_forward", b"1"),
            ("ping_group_range", "/proc/sys/net/ipv4/ping_group_range", b"0 2147483647")]
 for tag, path, data in targets:
-    if os.path.exists(path):
-        probe_write(tag, path, data)
-    else:
-        say("ABSENT", tag)
+    probe_write_present(tag, path, data)
 `,
 			status: "ok",
 			check: func(t *testing.T, x *run) {
@@ -61,10 +58,7 @@ for tag, path, data in targets:
 		{
 			name: "write-proc-sysrq-trigger",
 			code: `
-if os.path.exists("/proc/sysrq-trigger"):
-    probe_write("sysrq-trigger", "/proc/sysrq-trigger", None)
-else:
-    say("ABSENT", "sysrq-trigger")
+probe_write_present("sysrq-trigger", "/proc/sysrq-trigger")
 `,
 			status: "ok",
 			check: func(t *testing.T, x *run) {
@@ -85,10 +79,7 @@ for tag, path, data in (("uevent_helper", "/sys/kernel/uevent_helper", None),
                         ("thp-enabled", "/sys/kernel/mm/transparent_hugepage/enabled", None),
                         ("kexec-loaded", "/sys/kernel/kexec_loaded", None),
                         ("module-parameters", "/sys/module/printk/parameters/time", None)):
-    if os.path.exists(path):
-        probe_write(tag, path, data)
-    else:
-        say("ABSENT", tag)
+    probe_write_present(tag, path, data)
 `,
 			status: "ok",
 			check: func(t *testing.T, x *run) {

@@ -19,39 +19,28 @@ def isolated():
     say("ROUTES", len(routes), len(routes6))
     return ifaces == ["lo"] and not routes and not routes6
 
-def tcp(tag, host, port):
+def probe(tag, host, kind, attempt, what):
     t0 = time.monotonic()
     try:
-        s = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
+        s = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, kind)
     except OSError as e:
         # A profile without network allows no IP sockets at all.
         say("DENIED", tag, ename(e.errno), "%.3f" % (time.monotonic() - t0))
         return
     s.settimeout(1)
     try:
-        s.connect((host, port))
-        allowed(tag, "connected")
+        attempt(s)
+        allowed(tag, what)
     except OSError as e:
         say("DENIED", tag, ename(e.errno) if e.errno else type(e).__name__, "%.3f" % (time.monotonic() - t0))
     finally:
         s.close()
 
+def tcp(tag, host, port):
+    probe(tag, host, socket.SOCK_STREAM, lambda s: s.connect((host, port)), "connected")
+
 def udp(tag, host, port):
-    t0 = time.monotonic()
-    try:
-        s = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_DGRAM)
-    except OSError as e:
-        # A profile without network allows no IP sockets at all.
-        say("DENIED", tag, ename(e.errno), "%.3f" % (time.monotonic() - t0))
-        return
-    s.settimeout(1)
-    try:
-        s.sendto(b"sandbox", (host, port))
-        allowed(tag, "sent")
-    except OSError as e:
-        say("DENIED", tag, ename(e.errno) if e.errno else type(e).__name__, "%.3f" % (time.monotonic() - t0))
-    finally:
-        s.close()
+    probe(tag, host, socket.SOCK_DGRAM, lambda s: s.sendto(b"sandbox", (host, port)), "sent")
 
 if not isolated():
     say("NOT-ISOLATED the sandbox has a network; no connection is tried")

@@ -121,24 +121,14 @@ for k in (b"tEXt", b"zTXt", b"iTXt"):
 // (issue 16, item 1): an exception class named after the secret, a
 // figure's text chunks, and GET /sessions/{id}/files of a binary file.
 func TestSecretsLeaveNoSessionChannel(t *testing.T) {
-	status, body, err := sessionDo("POST", "/sessions", map[string]any{"profile": "data"}, "secrets-session")
-	if err != nil || status != http.StatusCreated {
-		t.Fatalf("POST /sessions: %v %d %s", err, status, e2e.Clip(body, 800))
-	}
 	var sess struct {
 		ID string `json:"id"`
 	}
-	if err := json.Unmarshal(body, &sess); err != nil {
-		t.Fatal(err)
-	}
+	createSession(t, map[string]any{"profile": "data"}, "secrets-session", &sess)
 	defer sessionDo("DELETE", "/sessions/"+sess.ID, nil, "secrets-session")
 	call := func(code string) []byte {
 		t.Helper()
-		status, body, err := sessionDo("POST", "/sessions/"+sess.ID+"/exec", map[string]any{"code": code}, "secrets-session")
-		if err != nil || status != http.StatusOK {
-			t.Fatalf("call: %v %d %s", err, status, e2e.Clip(body, 1500))
-		}
-		return body
+		return sessionCall(t, sess.ID, code, "secrets-session")
 	}
 	clean := func(what string, body []byte) {
 		t.Helper()
@@ -166,7 +156,7 @@ plt.plot([1, 2, 3])
 `))
 	clean("a repr of the secret", call(`TOK`))
 	call(`open("/sandbox/blob.bin", "wb").write(TOK.encode() + b"\xff")`)
-	status, body, err = sessionDo("GET", "/sessions/"+sess.ID+"/files/blob.bin", nil, "secrets-session")
+	status, body, err := sessionDo("GET", "/sessions/"+sess.ID+"/files/blob.bin", nil, "secrets-session")
 	if err != nil {
 		t.Fatal(err)
 	}

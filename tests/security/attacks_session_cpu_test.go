@@ -21,21 +21,15 @@ func TestSessionCPUAfterTheLastCallIsCharged(t *testing.T) {
 	for _, prof := range profs {
 		t.Run(prof, func(t *testing.T) {
 			reqID := "session-cpu-" + prof
-			status, body, err := sessionDo("POST", "/sessions", map[string]any{"profile": prof}, reqID)
-			if err != nil || status != http.StatusCreated {
-				t.Fatalf("POST /sessions: %v %d %s", err, status, e2e.Clip(body, 800))
-			}
 			var sess struct {
 				ID     string `json:"id"`
 				Limits struct {
 					CPUs float64 `json:"cpus"`
 				} `json:"limits"`
 			}
-			if err := json.Unmarshal(body, &sess); err != nil {
-				t.Fatal(err)
-			}
+			createSession(t, map[string]any{"profile": prof}, reqID, &sess)
 			before := tenantCPUSeconds(t)
-			status, body, err = sessionDo("POST", "/sessions/"+sess.ID+"/exec", map[string]any{"code": `
+			sessionCall(t, sess.ID, `
 import threading
 def spin():
     while True:
@@ -43,10 +37,7 @@ def spin():
 for _ in range(2):
     threading.Thread(target=spin, daemon=True).start()
 print("spinning")
-`}, reqID)
-			if err != nil || status != http.StatusOK {
-				t.Fatalf("call: %v %d %s", err, status, e2e.Clip(body, 800))
-			}
+`, reqID)
 			const spin = 4 * time.Second
 			time.Sleep(spin)
 			if status, body, err := sessionDo("DELETE", "/sessions/"+sess.ID, nil, reqID); err != nil || status != http.StatusOK {

@@ -2,11 +2,8 @@ package security
 
 import (
 	"encoding/json"
-	"net/http"
 	"strings"
 	"testing"
-
-	"github.com/sandboxd/sandboxd/internal/e2e"
 )
 
 // TestStrictSessionCannotReachTheLauncher: under gVisor a session's code
@@ -18,25 +15,15 @@ func TestStrictSessionCannotReachTheLauncher(t *testing.T) {
 	if ok, why := strictUsable(); !ok {
 		t.Fatalf("the strict profile is not usable here: %s", why)
 	}
-	status, body, err := sessionDo("POST", "/sessions", map[string]any{"profile": strictProfile}, "strict-session")
-	if err != nil || status != http.StatusCreated {
-		t.Fatalf("POST /sessions: %v %d %s", err, status, e2e.Clip(body, 800))
-	}
 	var sess struct {
 		ID string `json:"id"`
 	}
-	if err := json.Unmarshal(body, &sess); err != nil {
-		t.Fatal(err)
-	}
+	createSession(t, map[string]any{"profile": strictProfile}, "strict-session", &sess)
 	defer sessionDo("DELETE", "/sessions/"+sess.ID, nil, "strict-session")
 	call := func(code string) string {
 		t.Helper()
-		status, body, err := sessionDo("POST", "/sessions/"+sess.ID+"/exec", map[string]any{"code": code}, "strict-session")
-		if err != nil || status != http.StatusOK {
-			t.Fatalf("call: %v %d %s", err, status, e2e.Clip(body, 1500))
-		}
 		var r struct{ Stdout string }
-		_ = json.Unmarshal(body, &r)
+		_ = json.Unmarshal(sessionCall(t, sess.ID, code, "strict-session"), &r)
 		return r.Stdout
 	}
 	out := call(`

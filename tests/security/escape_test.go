@@ -449,25 +449,24 @@ func (x *run) describe() string {
 		len(r.Stdout), r.StdoutTruncated, e2e.Clip([]byte(r.Stdout), 3000),
 		len(r.Stderr), r.StderrTruncated, e2e.Clip([]byte(r.Stderr), 2000))
 	if len(r.Files) > 0 || len(r.SkippedFiles) > 0 {
-		var fs []string
-		for i, f := range r.Files {
-			if i == 10 {
-				fs = append(fs, fmt.Sprintf("… %d files", len(r.Files)))
-				break
-			}
-			fs = append(fs, fmt.Sprintf("%q(%d)", f.Path, f.Size))
-		}
-		var ss []string
-		for i, f := range r.SkippedFiles {
-			if i == 10 {
-				ss = append(ss, fmt.Sprintf("… %d skipped", len(r.SkippedFiles)))
-				break
-			}
-			ss = append(ss, fmt.Sprintf("%q: %s", f.Path, f.Reason))
-		}
+		fs := firstTen(r.Files, "files", func(f e2e.OutFile) string { return fmt.Sprintf("%q(%d)", f.Path, f.Size) })
+		ss := firstTen(r.SkippedFiles, "skipped", func(f e2e.SkippedFile) string { return fmt.Sprintf("%q: %s", f.Path, f.Reason) })
 		s += fmt.Sprintf("\nfiles: %s\nskipped: %s", strings.Join(fs, ", "), strings.Join(ss, "; "))
 	}
 	return s
+}
+
+// firstTen describes the first ten of list with describe, and says how
+// many there are (in what) when there are more.
+func firstTen[T any](list []T, what string, describe func(T) string) []string {
+	var out []string
+	for i, v := range list {
+		if i == 10 {
+			return append(out, fmt.Sprintf("… %d %s", len(list), what))
+		}
+		out = append(out, describe(v))
+	}
+	return out
 }
 
 // ---------------------------------------------------------------------------
@@ -566,32 +565,33 @@ func (x *run) wantFact(t *testing.T, key, want string) {
 	}
 }
 
+// factInt is the number at the start of the line "KEY value".
 func (x *run) factInt(t *testing.T, key string) int64 {
 	t.Helper()
+	return factNumber(t, x, key, func(s string) (int64, error) { return strconv.ParseInt(s, 10, 64) })
+}
+
+// factFloat is the number at the start of the line "KEY value".
+func (x *run) factFloat(t *testing.T, key string) float64 {
+	t.Helper()
+	return factNumber(t, x, key, func(s string) (float64, error) { return strconv.ParseFloat(s, 64) })
+}
+
+// factNumber parses the first word of the line "KEY value" with parse; a
+// missing line or another word is an error of the test (and 0).
+func factNumber[T any](t *testing.T, x *run, key string, parse func(string) (T, error)) T {
+	t.Helper()
+	var n T
 	v, ok := x.fact(key)
 	if !ok {
 		t.Errorf("no %s line in stdout", key)
-		return 0
+		return n
 	}
-	n, err := strconv.ParseInt(strings.Fields(v + " x")[0], 10, 64)
+	n, err := parse(strings.Fields(v + " x")[0])
 	if err != nil {
 		t.Errorf("%s = %q, not a number", key, v)
 	}
 	return n
-}
-
-func (x *run) factFloat(t *testing.T, key string) float64 {
-	t.Helper()
-	v, ok := x.fact(key)
-	if !ok {
-		t.Errorf("no %s line in stdout", key)
-		return 0
-	}
-	f, err := strconv.ParseFloat(strings.Fields(v + " x")[0], 64)
-	if err != nil {
-		t.Errorf("%s = %q, not a number", key, v)
-	}
-	return f
 }
 
 // ---------------------------------------------------------------------------

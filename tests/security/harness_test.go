@@ -117,23 +117,7 @@ func runMain(m *testing.M, suite *e2e.Suite) (code int) {
 	}
 	fmt.Fprintf(os.Stderr, "sandboxd escape suite: server on %s (instance %s), warm-up run %v\n", srv.URL, instance, res.Wall.Round(time.Millisecond))
 
-	code = m.Run()
-
-	if err := srv.Stop(e2e.ShutdownTimeout); err != nil {
-		fmt.Fprintf(os.Stderr, "sandboxd escape suite: FAIL: %v\n", err)
-		code = 1
-	}
-	if left := e2e.WaitGone(e2e.FinalCleanupTimeout, ourContainers, e2e.Any); len(left) > 0 {
-		fmt.Fprintf(os.Stderr, "sandboxd escape suite: FAIL: %d container(s) of this server (instance %s) remain after it exited on SIGTERM: %s\n",
-			len(left), instance, strings.Join(left, ", "))
-		code = 1
-	} else {
-		fmt.Fprintf(os.Stderr, "sandboxd escape suite: no container of this server (instance %s) remains after shutdown\n", instance)
-	}
-	if code != 0 {
-		fmt.Fprintf(os.Stderr, "\n--- last lines of sandboxd's output ---\n%s\n", srv.Log.Tail(60))
-	}
-	return code
+	return suite.Finish(m.Run(), srv, ourContainers)
 }
 
 // runtimeCheck reports whether a /readyz check is about the gVisor runtime

@@ -84,6 +84,13 @@ def probe_write(tag, path, data=None):
     finally:
         os.close(fd)
 
+def probe_write_present(tag, path, data=None):
+    """probe_write when path exists, ABSENT when it does not."""
+    if os.path.exists(path):
+        probe_write(tag, path, data)
+    else:
+        say("ABSENT", tag)
+
 def probe_write_raise(path, data):
     fd = os.open(path, os.O_WRONLY)
     try:

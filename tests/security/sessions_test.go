@@ -117,6 +117,30 @@ func sessionDo(method, path string, body any, reqID string) (int, []byte, error)
 	return res.Status, res.Body, err
 }
 
+// createSession opens a session (POST /sessions with create) and decodes
+// the answer into sess; an answer other than 201 fails the test.
+func createSession(t *testing.T, create map[string]any, reqID string, sess any) {
+	t.Helper()
+	status, body, err := sessionDo("POST", "/sessions", create, reqID)
+	if err != nil || status != http.StatusCreated {
+		t.Fatalf("POST /sessions: %v %d %s", err, status, e2e.Clip(body, 1000))
+	}
+	if err := json.Unmarshal(body, sess); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// sessionCall runs code in session id and returns the answer; an answer
+// other than 200 fails the test.
+func sessionCall(t *testing.T, id, code, reqID string) []byte {
+	t.Helper()
+	status, body, err := sessionDo("POST", "/sessions/"+id+"/exec", map[string]any{"code": code}, reqID)
+	if err != nil || status != http.StatusOK {
+		t.Fatalf("call: %v %d %s", err, status, e2e.Clip(body, 1500))
+	}
+	return body
+}
+
 func runSessionAttack(t *testing.T, prof string, a attack, subst map[string]string) {
 	o := sessionOverrides[a.name]
 	x, n, code := newRun(t, prof, pyPrelude+o.prefix+a.code, subst)
@@ -139,17 +163,11 @@ func runSessionAttack(t *testing.T, prof string, a attack, subst map[string]stri
 	if a.limits != nil {
 		create["limits"] = a.limits
 	}
-	status, body, err := sessionDo("POST", "/sessions", create, reqID)
-	if err != nil || status != http.StatusCreated {
-		t.Fatalf("POST /sessions: %v %d %s", err, status, e2e.Clip(body, 1000))
-	}
 	var sess struct {
 		ID        string `json:"id"`
 		SandboxID string `json:"sandbox_id"`
 	}
-	if err := json.Unmarshal(body, &sess); err != nil {
-		t.Fatal(err)
-	}
+	createSession(t, create, reqID, &sess)
 	seenExecIDs.Add(sess.SandboxID)
 	ended := false
 	end := func() {
@@ -167,7 +185,7 @@ func runSessionAttack(t *testing.T, prof string, a attack, subst map[string]stri
 	}
 	defer end()
 
-	status, body, err = sessionDo("POST", "/sessions/"+sess.ID+"/exec", map[string]any{"code": code}, reqID)
+	status, body, err := sessionDo("POST", "/sessions/"+sess.ID+"/exec", map[string]any{"code": code}, reqID)
 	if err != nil || status != http.StatusOK {
 		t.Fatalf("POST /sessions/%s/exec: %v %d, want 200 for a call that ran: %s", sess.ID, err, status, e2e.Clip(body, 2000))
 	}

@@ -34,7 +34,7 @@ func TestParse(t *testing.T) {
 	}
 	a := cfg.For("acme")
 	if a.ExecPerMinute != 6 || a.Burst != 3 || a.ConcurrentExecs != 8 || a.DailyCPUSeconds != 10 ||
-		a.Session.CPUSeconds != 2 || a.Session.MaxExecs != 500 || a.LoopRepeats != DefaultLoopRepeats {
+		a.Session.CPUSeconds != 2 || a.Session.MaxExecs != 500 || a.LoopRepeats != defaultLoopRepeats {
 		t.Fatalf("acme %+v: want its fields over the defaults", a)
 	}
 	if d := cfg.For("other"); d.ExecPerMinute != 120 || d.Session.MaxExecs != 500 {

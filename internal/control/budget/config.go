@@ -10,10 +10,7 @@
 package budget
 
 import (
-	"errors"
 	"fmt"
-	"io/fs"
-	"os"
 	"regexp"
 	"sort"
 	"strings"
@@ -56,8 +53,8 @@ type SessionLimits struct {
 	FetchBytes  int64   `yaml:"fetch_bytes"`
 }
 
-// DefaultLoopRepeats is the loop guard's threshold when none is set.
-const DefaultLoopRepeats = 3
+// defaultLoopRepeats is the loop guard's threshold when none is set.
+const defaultLoopRepeats = 3
 
 // Config holds the defaults and every tenant's limits.
 type Config struct {
@@ -65,10 +62,10 @@ type Config struct {
 	Tenants  map[string]Limits
 }
 
-// Unlimited is the configuration without a tenants file: no rate limits or
+// unlimited is the configuration without a tenants file: no rate limits or
 // budgets, the loop guard at its default.
-func Unlimited() *Config {
-	return &Config{Defaults: Limits{LoopRepeats: DefaultLoopRepeats}}
+func unlimited() *Config {
+	return &Config{Defaults: Limits{LoopRepeats: defaultLoopRepeats}}
 }
 
 // For returns the limits of tenant: its own entry, or the defaults.
@@ -107,13 +104,9 @@ var lineRe = regexp.MustCompile(`line (\d+): (.*)`)
 // Unknown fields, negative values and malformed tenant names are refused
 // with file:line errors.
 func LoadFile(path string) (*Config, error) {
-	data, err := os.ReadFile(path)
+	data, err := yamlfile.ReadFile(path, "the tenants file")
 	if err != nil {
-		var pe *fs.PathError
-		if errors.As(err, &pe) {
-			err = pe.Err
-		}
-		return nil, &yamlfile.Error{File: path, Msg: fmt.Sprintf("cannot read the tenants file: %v", err)}
+		return nil, err
 	}
 	return Parse(path, data)
 }
@@ -124,7 +117,7 @@ func Parse(file string, data []byte) (*Config, error) {
 	if err := yaml.Unmarshal(data, &doc); err != nil {
 		return nil, yamlErr(file, err)
 	}
-	cfg := Unlimited()
+	cfg := unlimited()
 	if len(doc.Content) == 0 {
 		return cfg, nil
 	}

@@ -53,10 +53,10 @@ type Refusal struct {
 
 func (r *Refusal) Error() string { return r.Code + ": " + r.Message }
 
-// MinSliceMS is the least CPU or wall time, in milliseconds, worth starting
+// minSliceMS is the least CPU or wall time, in milliseconds, worth starting
 // a run for: a budget with less left refuses, rather than admitting runs
 // cut to a few milliseconds each.
-const MinSliceMS = 100
+const minSliceMS = 100
 
 // Limiter applies Config. It is safe for concurrent use.
 type Limiter struct {
@@ -91,11 +91,11 @@ type sessionState struct {
 	lastSeen                  time.Time
 }
 
-// New returns a limiter for cfg (nil: Unlimited) that keeps usage in st
+// New returns a limiter for cfg (nil: unlimited) that keeps usage in st
 // (nil: in memory only).
 func New(cfg *Config, st store.Store, log *slog.Logger) *Limiter {
 	if cfg == nil {
-		cfg = Unlimited()
+		cfg = unlimited()
 	}
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
@@ -256,11 +256,11 @@ func (l *Limiter) AdmitExec(ctx context.Context, tenant, session string, timeout
 	if lim.DailyCPUSeconds > 0 {
 		limit := int64(lim.DailyCPUSeconds * 1000)
 		left := limit - ts.used.CPUMillis - ts.reservedCPU
-		if left < MinSliceMS {
+		if left < minSliceMS {
 			r := &Refusal{Code: CodeBudgetExceeded, Budget: TenantDailyCPU, Limit: lim.DailyCPUSeconds, Used: float64(ts.used.CPUMillis) / 1000}
-			if ts.used.CPUMillis+MinSliceMS > limit {
+			if ts.used.CPUMillis+minSliceMS > limit {
 				r.RetryAfter = untilMidnight(now)
-				r.Message = fmt.Sprintf("tenant %s has used %.3g of its %g CPU-seconds for today (%s UTC; less than %d ms is left); the budget resets at 00:00 UTC", tenant, float64(ts.used.CPUMillis)/1000, lim.DailyCPUSeconds, ts.day, MinSliceMS)
+				r.Message = fmt.Sprintf("tenant %s has used %.3g of its %g CPU-seconds for today (%s UTC; less than %d ms is left); the budget resets at 00:00 UTC", tenant, float64(ts.used.CPUMillis)/1000, lim.DailyCPUSeconds, ts.day, minSliceMS)
 			} else {
 				r.RetryAfter = time.Second
 				r.Message = fmt.Sprintf("tenant %s's running execs hold the rest of its %g daily CPU-seconds; retry when they finish", tenant, lim.DailyCPUSeconds)
@@ -276,29 +276,15 @@ func (l *Limiter) AdmitExec(ctx context.Context, tenant, session string, timeout
 				Message: fmt.Sprintf("session %s has run its %d execs; start a new session or finish the task", session, sl.MaxExecs)}, nil
 		}
 		if sl.CPUSeconds > 0 {
-			limit := int64(sl.CPUSeconds * 1000)
-			left := limit - ss.used.CPUMillis - ss.reservedCPU
-			if left < MinSliceMS {
-				r := &Refusal{Code: CodeBudgetExceeded, Budget: SessionCPU, Limit: sl.CPUSeconds, Used: float64(ss.used.CPUMillis) / 1000,
-					Message: fmt.Sprintf("session %s has used %.3g of its %g CPU-seconds (less than %d ms is left); start a new session or finish the task", session, float64(ss.used.CPUMillis)/1000, sl.CPUSeconds, MinSliceMS)}
-				if ss.used.CPUMillis+MinSliceMS <= limit {
-					r.RetryAfter = time.Second
-					r.Message = fmt.Sprintf("session %s's running execs hold the rest of its %g CPU-seconds; retry when they finish", session, sl.CPUSeconds)
-				}
+			left, r := sessionLeft(session, secondsBudget{SessionCPU, sl.CPUSeconds, ss.used.CPUMillis, ss.reservedCPU, "CPU-seconds", "CPU-seconds"})
+			if r != nil {
 				return nil, r, nil
 			}
 			lower(perCPU(left), SessionCPU)
 		}
 		if sl.WallSeconds > 0 {
-			limit := int64(sl.WallSeconds * 1000)
-			left := limit - ss.used.WallMillis - ss.reservedWall
-			if left < MinSliceMS {
-				r := &Refusal{Code: CodeBudgetExceeded, Budget: SessionWall, Limit: sl.WallSeconds, Used: float64(ss.used.WallMillis) / 1000,
-					Message: fmt.Sprintf("session %s has used %.3g of its %g wall-clock seconds of running code (less than %d ms is left); start a new session or finish the task", session, float64(ss.used.WallMillis)/1000, sl.WallSeconds, MinSliceMS)}
-				if ss.used.WallMillis+MinSliceMS <= limit {
-					r.RetryAfter = time.Second
-					r.Message = fmt.Sprintf("session %s's running execs hold the rest of its %g wall seconds; retry when they finish", session, sl.WallSeconds)
-				}
+			left, r := sessionLeft(session, secondsBudget{SessionWall, sl.WallSeconds, ss.used.WallMillis, ss.reservedWall, "wall-clock seconds of running code", "wall seconds"})
+			if r != nil {
 				return nil, r, nil
 			}
 			lower(left, SessionWall)
@@ -321,6 +307,35 @@ func (l *Limiter) AdmitExec(ctx context.Context, tenant, session string, timeout
 		ss.reservedWall += t.wallMS
 	}
 	return t, nil, nil
+}
+
+// secondsBudget is a session budget of seconds (CPU or wall clock) as
+// AdmitExec checks it.
+type secondsBudget struct {
+	name  string  // SessionCPU or SessionWall
+	limit float64 // seconds
+	// usedMS is what ended runs spent, heldMS what running ones hold.
+	usedMS, heldMS int64
+	// spent and held name the budget in the refusal's two messages.
+	spent, held string
+}
+
+// sessionLeft returns the milliseconds left of session's budget b, or the
+// refusal when less than minSliceMS is: for good, or until its running
+// execs finish.
+func sessionLeft(session string, b secondsBudget) (int64, *Refusal) {
+	limit := int64(b.limit * 1000)
+	left := limit - b.usedMS - b.heldMS
+	if left >= minSliceMS {
+		return left, nil
+	}
+	r := &Refusal{Code: CodeBudgetExceeded, Budget: b.name, Limit: b.limit, Used: float64(b.usedMS) / 1000,
+		Message: fmt.Sprintf("session %s has used %.3g of its %g %s (less than %d ms is left); start a new session or finish the task", session, float64(b.usedMS)/1000, b.limit, b.spent, minSliceMS)}
+	if b.usedMS+minSliceMS <= limit {
+		r.RetryAfter = time.Second
+		r.Message = fmt.Sprintf("session %s's running execs hold the rest of its %g %s; retry when they finish", session, b.limit, b.held)
+	}
+	return 0, r
 }
 
 // release gives back what t holds. l.mu held.

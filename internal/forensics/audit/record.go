@@ -28,12 +28,11 @@ import (
 // PrevHash and Hash.
 type Record = api.AuditRecord
 
-// Output, Decision, ProfileRef and DatasetRef are the parts of a Record.
+// Output, Decision and ProfileRef are parts of a Record.
 type (
 	Output     = api.AuditOutput
 	Decision   = api.EgressDecision
 	ProfileRef = api.ProfileRef
-	DatasetRef = api.DatasetRef
 )
 
 // Kinds of records.

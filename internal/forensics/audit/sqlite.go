@@ -45,8 +45,8 @@ type Log interface {
 // ErrNotFound: no record has the id.
 var ErrNotFound = errors.New("audit record not found")
 
-// ErrClosed: the log is closed.
-var ErrClosed = errors.New("the audit log is closed")
+// errClosed: the log is closed.
+var errClosed = errors.New("the audit log is closed")
 
 // Filter selects records (GET /audit's query). Zero fields match
 // everything.
@@ -54,7 +54,7 @@ type Filter = api.AuditQuery
 
 // Page sizes.
 const (
-	DefaultLimit = 100
+	defaultLimit = 100
 	MaxLimit     = 1000
 )
 
@@ -183,7 +183,7 @@ func (s *SQLite) Append(ctx context.Context, r *Record) error {
 	s.mu.RLock()
 	if s.isOver {
 		s.mu.RUnlock()
-		return ErrClosed
+		return errClosed
 	}
 	select {
 	case s.reqs <- req:
@@ -367,7 +367,7 @@ func (s *SQLite) Get(ctx context.Context, id string) (*Record, error) {
 func (s *SQLite) Query(ctx context.Context, f Filter) ([]Record, string, error) {
 	limit := f.Limit
 	if limit <= 0 {
-		limit = DefaultLimit
+		limit = defaultLimit
 	}
 	if limit > MaxLimit {
 		return nil, "", fmt.Errorf("limit %d is over the maximum of %d", limit, MaxLimit)

@@ -189,7 +189,7 @@ func TestQueryFiltersAndPages(t *testing.T) {
 func TestAppendAfterClose(t *testing.T) {
 	l, _ := openTemp(t)
 	l.Close()
-	if err := l.Append(context.Background(), execRecord(1)); err != ErrClosed {
+	if err := l.Append(context.Background(), execRecord(1)); err != errClosed {
 		t.Fatalf("append after close: %v", err)
 	}
 }

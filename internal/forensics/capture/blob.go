@@ -116,36 +116,36 @@ func (k *keys) decodeInline(value []byte, id string, idx int, size int64, sum st
 // its seal must be bound to.
 func (k *keys) decode(file []byte, what, bind string, size int64, sum string) ([]byte, error) {
 	if len(file) < headerLen || string(file[:4]) != blobMagic || file[4] != blobVersion || file[5]&^(flagDeflate|flagSealed) != 0 {
-		return nil, fmt.Errorf("%w: %s has no valid header", ErrCorrupt, what)
+		return nil, fmt.Errorf("%w: %s has no valid header", errCorrupt, what)
 	}
 	flags := file[5]
 	payload := file[headerLen:]
 	switch {
 	case flags&flagSealed != 0:
 		if len(payload) < fpLen {
-			return nil, fmt.Errorf("%w: %s is truncated", ErrCorrupt, what)
+			return nil, fmt.Errorf("%w: %s is truncated", errCorrupt, what)
 		}
 		fp := hex.EncodeToString(payload[:fpLen])
 		if k == nil {
 			// Open refuses a store written with a key unless given it.
-			return nil, fmt.Errorf("%w: %s is encrypted (key %s) in an unencrypted store", ErrCorrupt, what, fp)
+			return nil, fmt.Errorf("%w: %s is encrypted (key %s) in an unencrypted store", errCorrupt, what, fp)
 		}
 		if fp != k.fingerprint {
-			return nil, fmt.Errorf("%w: %s is encrypted with key %s, not with the store's key %s (wrong key file?)", ErrKey, what, fp, k.fingerprint)
+			return nil, fmt.Errorf("%w: %s is encrypted with key %s, not with the store's key %s (wrong key file?)", errKey, what, fp, k.fingerprint)
 		}
 		ns := k.aead.NonceSize()
 		if len(payload) < fpLen+ns+k.aead.Overhead() {
-			return nil, fmt.Errorf("%w: %s is truncated", ErrCorrupt, what)
+			return nil, fmt.Errorf("%w: %s is truncated", errCorrupt, what)
 		}
 		hdr := headerLen + fpLen
 		aad := append(append([]byte{}, file[:hdr]...), bind...)
 		plain, err := k.aead.Open(nil, file[hdr:hdr+ns], file[hdr+ns:], aad)
 		if err != nil {
-			return nil, fmt.Errorf("%w: %s fails authentication", ErrCorrupt, what)
+			return nil, fmt.Errorf("%w: %s fails authentication", errCorrupt, what)
 		}
 		payload = plain
 	case k != nil:
-		return nil, fmt.Errorf("%w: %s is not encrypted in an encrypted store", ErrCorrupt, what)
+		return nil, fmt.Errorf("%w: %s is not encrypted in an encrypted store", errCorrupt, what)
 	}
 	data := payload
 	if flags&flagDeflate != 0 {
@@ -155,15 +155,15 @@ func (k *keys) decode(file []byte, what, bind string, size int64, sum string) ([
 		// without inflating all of it.
 		data, err = io.ReadAll(io.LimitReader(r, size+1))
 		if err != nil {
-			return nil, fmt.Errorf("%w: %s does not inflate: %v", ErrCorrupt, what, err)
+			return nil, fmt.Errorf("%w: %s does not inflate: %v", errCorrupt, what, err)
 		}
 	}
 	if int64(len(data)) != size {
-		return nil, fmt.Errorf("%w: %s holds %d bytes, the part %d", ErrCorrupt, what, len(data), size)
+		return nil, fmt.Errorf("%w: %s holds %d bytes, the part %d", errCorrupt, what, len(data), size)
 	}
 	got := sha256.Sum256(data)
 	if hex.EncodeToString(got[:]) != sum {
-		return nil, fmt.Errorf("%w: %s does not match the part's sha256", ErrCorrupt, what)
+		return nil, fmt.Errorf("%w: %s does not match the part's sha256", errCorrupt, what)
 	}
 	if data == nil {
 		data = []byte{}
@@ -247,7 +247,7 @@ func (s *SQLite) writeBlob(addr string, content []byte) error {
 func (s *SQLite) readBlob(addr string, size int64, sum string) ([]byte, error) {
 	file, err := os.ReadFile(s.blobPath(addr))
 	if errors.Is(err, fs.ErrNotExist) {
-		return nil, fmt.Errorf("%w: blob %s is missing", ErrCorrupt, addr)
+		return nil, fmt.Errorf("%w: blob %s is missing", errCorrupt, addr)
 	}
 	if err != nil {
 		return nil, err

@@ -26,51 +26,43 @@ import (
 	"github.com/sandboxd/sandboxd/api"
 )
 
-// Capture is one stored capture.
+// Capture is one stored capture: what the API shows of it (api.Capture,
+// see View), whose fields these mean, with the parts' content. The notes
+// here say who sets what.
 type Capture struct {
-	// ID is "cap_" and 32 hex digits; Put assigns one when empty.
-	ID string `json:"id"`
-	// Kind says what was captured: "fetch", "exec".
-	Kind      string    `json:"kind"`
-	Tenant    string    `json:"tenant"`
-	KeyID     string    `json:"key_id"`
-	RequestID string    `json:"request_id,omitempty"`
-	CreatedAt time.Time `json:"created_at"`
-	// Retention is how long the capture is kept after CreatedAt; 0 keeps it
-	// until it is deleted or erased. Set by the caller of Put.
-	Retention time.Duration `json:"retention,omitempty"`
-	// ExpiresAt is CreatedAt+Retention (zero when Retention is 0), set by
-	// Put; Sweep deletes the capture after it unless it is held.
-	ExpiresAt time.Time `json:"expires_at,omitzero"`
-	// Meta holds small facts (url, final_url, status, content_type). An
-	// erased capture has none.
-	Meta map[string]string `json:"meta,omitempty"`
-	// Parts are the captured bodies, each under a unique name.
-	Parts []Part `json:"parts"`
+	// ID: Put assigns one when empty.
+	ID        string
+	Kind      string
+	Tenant    string
+	KeyID     string
+	RequestID string
+	// CreatedAt: Put sets it when zero.
+	CreatedAt time.Time
+	// Retention: set by the caller of Put.
+	Retention time.Duration
+	// ExpiresAt: set by Put; Sweep deletes the capture after it unless it
+	// is held.
+	ExpiresAt time.Time
+	Meta      map[string]string
+	Parts     []Part
 
-	// Hold is the legal hold on this capture, nil when there is none (set
-	// by SetHold; Put ignores it).
-	Hold *Hold `json:"hold,omitempty"`
-	// TenantHold is the legal hold on the capture's tenant, nil when there
-	// is none (set by SetTenantHold; Put ignores it).
-	TenantHold *Hold `json:"tenant_hold,omitempty"`
-	// Erased is set on the tombstone of an erased capture: its parts keep
-	// their names, sizes and digests but have no data (Put ignores it).
-	Erased *Erasure `json:"erased,omitempty"`
+	// Hold, TenantHold and Erased are set by SetHold, SetTenantHold and
+	// Erase, and read back by Get and List; Put ignores them.
+	Hold       *Hold
+	TenantHold *Hold
+	Erased     *Erasure
 }
 
-// Part is one captured body.
+// Part is one captured body: api.CapturePart with its content.
 type Part struct {
-	// Name is 1 to 64 of a-z, 0-9, '.', '_' and '-' ("raw", "headers",
-	// "content").
-	Name        string `json:"name"`
-	ContentType string `json:"content_type"`
-	Size        int64  `json:"size"`
-	// SHA256 is the hex digest of Data, set by Put.
-	SHA256 string `json:"sha256"`
+	Name        string
+	ContentType string
+	// Size and SHA256 (hex) are set by Put from Data.
+	Size   int64
+	SHA256 string
 	// Data is the content; nil in what Get returns for an erased capture
 	// and in what List returns.
-	Data []byte `json:"-"`
+	Data []byte
 }
 
 // Hold is a legal hold: who placed it, when and why.
@@ -158,14 +150,14 @@ var (
 	ErrHeld = errors.New("capture is under a legal hold")
 	// ErrErased: the capture's content was erased.
 	ErrErased = errors.New("capture was erased")
-	// ErrExists: Put was given the id of a stored capture.
-	ErrExists = errors.New("a capture with this id exists")
-	// ErrCorrupt: a blob does not decode or does not match its digest
+	// errExists: Put was given the id of a stored capture.
+	errExists = errors.New("a capture with this id exists")
+	// errCorrupt: a blob does not decode or does not match its digest
 	// (altered or damaged on disk).
-	ErrCorrupt = errors.New("capture content altered or damaged on disk")
-	// ErrKey: the encryption key is missing, unusable or not the one the
+	errCorrupt = errors.New("capture content altered or damaged on disk")
+	// errKey: the encryption key is missing, unusable or not the one the
 	// store's content was written with.
-	ErrKey = errors.New("capture encryption key")
+	errKey = errors.New("capture encryption key")
 )
 
 var (
@@ -173,18 +165,18 @@ var (
 	namePattern = regexp.MustCompile(`^[a-z0-9._-]{1,64}$`)
 )
 
-// NewID returns a fresh random capture id.
-func NewID() string {
+// newID returns a fresh random capture id.
+func newID() string {
 	var b [16]byte
 	_, _ = rand.Read(b[:])
 	return "cap_" + hex.EncodeToString(b[:])
 }
 
-// ValidID reports whether id has the form of a capture id.
-func ValidID(id string) bool { return idPattern.MatchString(id) }
+// validID reports whether id has the form of a capture id.
+func validID(id string) bool { return idPattern.MatchString(id) }
 
 func check(c *Capture) error {
-	if !ValidID(c.ID) {
+	if !validID(c.ID) {
 		return fmt.Errorf("capture id %q is not of the form cap_ and 32 hex digits", c.ID)
 	}
 	if c.Retention < 0 {

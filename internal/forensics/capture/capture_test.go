@@ -86,6 +86,16 @@ func partBlob(t testing.TB, s *SQLite, id, name string) string {
 	return *a
 }
 
+// putAll stores the captures, failing the test at the first error.
+func putAll(t testing.TB, s *SQLite, caps ...*Capture) {
+	t.Helper()
+	for _, c := range caps {
+		if err := s.Put(bg, c); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
 func randomBytes(n int, seed uint64) []byte {
 	r := rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))
 	b := make([]byte, n)
@@ -117,7 +127,7 @@ func TestPutGetRoundTrip(t *testing.T) {
 	if err := s.Put(bg, c); err != nil {
 		t.Fatal(err)
 	}
-	if !ValidID(c.ID) || c.CreatedAt.IsZero() || !c.ExpiresAt.Equal(c.CreatedAt.Add(time.Hour)) {
+	if !validID(c.ID) || c.CreatedAt.IsZero() || !c.ExpiresAt.Equal(c.CreatedAt.Add(time.Hour)) {
 		t.Fatalf("Put did not assign id, time and expiry: %+v", c)
 	}
 	got, err := s.Get(bg, c.ID)
@@ -152,10 +162,10 @@ func TestPutGetRoundTrip(t *testing.T) {
 	if st, err := os.Stat(files[partBlob(t, s, c.ID, "returned.json")]); err != nil || st.Size() > int64(len(text))/4 {
 		t.Fatalf("text blob not compressed: %v %v", st.Size(), err)
 	}
-	if _, err := s.Get(bg, NewID()); !errors.Is(err, ErrNotFound) {
+	if _, err := s.Get(bg, newID()); !errors.Is(err, ErrNotFound) {
 		t.Fatalf("Get of an unknown id: %v", err)
 	}
-	if err := s.Put(bg, c); !errors.Is(err, ErrExists) {
+	if err := s.Put(bg, c); !errors.Is(err, errExists) {
 		t.Fatalf("second Put with the same id: %v", err)
 	}
 	// Survives a reopen.
@@ -210,11 +220,7 @@ func TestDedupSharesOneBlob(t *testing.T) {
 	s := openT(t, dir, Options{inlineMax: -1})
 	raw := randomBytes(10000, 2)
 	a, b := fetchCapture("acme", raw, "page A"), fetchCapture("other", raw, "page B")
-	for _, c := range []*Capture{a, b} {
-		if err := s.Put(bg, c); err != nil {
-			t.Fatal(err)
-		}
-	}
+	putAll(t, s, a, b)
 	ra, rb := partBlob(t, s, a.ID, "raw"), partBlob(t, s, b.ID, "raw")
 	if ra != rb || ra == "" {
 		t.Fatalf("equal raw bodies have blobs %s and %s", ra, rb)
@@ -247,11 +253,7 @@ func TestEraseLeavesTombstoneAndRemovesUnsharedBlobs(t *testing.T) {
 	s := openT(t, dir, Options{inlineMax: -1})
 	raw := randomBytes(4000, 3)
 	a, b := fetchCapture("acme", raw, "page A"), fetchCapture("acme", raw, "page B")
-	for _, c := range []*Capture{a, b} {
-		if err := s.Put(bg, c); err != nil {
-			t.Fatal(err)
-		}
-	}
+	putAll(t, s, a, b)
 	rawBlob, aText := partBlob(t, s, a.ID, "raw"), partBlob(t, s, a.ID, "returned.json")
 	if err := s.Erase(bg, a.ID, "", "no by"); err == nil {
 		t.Fatal("Erase without by accepted")
@@ -587,20 +589,20 @@ func TestTamperedBlobDetected(t *testing.T) {
 				if err := os.WriteFile(path, alter(slices.Clone(orig)), 0o600); err != nil {
 					t.Fatal(err)
 				}
-				if _, err := s.Get(bg, c.ID); !errors.Is(err, ErrCorrupt) {
-					t.Errorf("%s: Get = %v, want ErrCorrupt", name, err)
+				if _, err := s.Get(bg, c.ID); !errors.Is(err, errCorrupt) {
+					t.Errorf("%s: Get = %v, want errCorrupt", name, err)
 				}
 			}
 			// Another blob of the store swapped in.
 			other := blobFiles(t, dir)[partBlob(t, s, c.ID, "raw")]
 			b, _ := os.ReadFile(other)
 			os.WriteFile(path, b, 0o600)
-			if _, err := s.Get(bg, c.ID); !errors.Is(err, ErrCorrupt) {
-				t.Errorf("swapped blob: Get = %v, want ErrCorrupt", err)
+			if _, err := s.Get(bg, c.ID); !errors.Is(err, errCorrupt) {
+				t.Errorf("swapped blob: Get = %v, want errCorrupt", err)
 			}
 			// A missing blob.
 			os.Remove(path)
-			if _, err := s.Get(bg, c.ID); !errors.Is(err, ErrCorrupt) || !strings.Contains(err.Error(), "missing") {
+			if _, err := s.Get(bg, c.ID); !errors.Is(err, errCorrupt) || !strings.Contains(err.Error(), "missing") {
 				t.Errorf("missing blob: Get = %v", err)
 			}
 			// A Put of the same content repairs the blob instead of
@@ -634,7 +636,7 @@ func TestOpenWithoutKey(t *testing.T) {
 		t.Fatal(err)
 	}
 	s.Close()
-	if _, err := Open(encDir, Options{}); !errors.Is(err, ErrKey) {
+	if _, err := Open(encDir, Options{}); !errors.Is(err, errKey) {
 		t.Fatalf("Open of an encrypted store without its key: %v", err)
 	}
 }

@@ -103,11 +103,7 @@ func TestInterruptedRemovalKeepsReferencedBlobs(t *testing.T) {
 			s := openT(t, dir, Options{inlineMax: -1})
 			raw := []byte("shared raw body")
 			a, b := fetchCapture("acme", raw, "a's own text"), fetchCapture("acme", raw, "b's own text")
-			for _, c := range []*Capture{a, b} {
-				if err := s.Put(bg, c); err != nil {
-					t.Fatal(err)
-				}
-			}
+			putAll(t, s, a, b)
 			aText := partBlob(t, s, a.ID, "returned.json")
 			crashAt(t, point)
 			var err error

@@ -135,15 +135,15 @@ func TestWrongKey(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, err := b.Get(bg, cb.ID)
-	if !errors.Is(err, ErrKey) || !strings.Contains(err.Error(), a.keys.fingerprint) || !strings.Contains(err.Error(), "wrong key") {
+	if !errors.Is(err, errKey) || !strings.Contains(err.Error(), a.keys.fingerprint) || !strings.Contains(err.Error(), "wrong key") {
 		t.Fatalf("Get of a blob sealed with another key: %v", err)
 	}
 	// Opening a store with the wrong key, or none, is refused clearly.
 	a.Close()
-	if _, err := Open(dirA, Options{KeyFile: keyB}); !errors.Is(err, ErrKey) || !strings.Contains(err.Error(), "not the key") {
+	if _, err := Open(dirA, Options{KeyFile: keyB}); !errors.Is(err, errKey) || !strings.Contains(err.Error(), "not the key") {
 		t.Fatalf("Open with the wrong key: %v", err)
 	}
-	if _, err := Open(dirA, Options{}); !errors.Is(err, ErrKey) || !strings.Contains(err.Error(), "give its key file") {
+	if _, err := Open(dirA, Options{}); !errors.Is(err, errKey) || !strings.Contains(err.Error(), "give its key file") {
 		t.Fatalf("Open of an encrypted store without a key: %v", err)
 	}
 	// An unencrypted store with content does not take a key.
@@ -151,7 +151,7 @@ func TestWrongKey(t *testing.T) {
 	p := openT(t, plainDir, Options{})
 	p.Put(bg, fetchCapture("acme", []byte("r"), "t"))
 	p.Close()
-	if _, err := Open(plainDir, Options{KeyFile: keyA}); !errors.Is(err, ErrKey) || !strings.Contains(err.Error(), "unencrypted") {
+	if _, err := Open(plainDir, Options{KeyFile: keyA}); !errors.Is(err, errKey) || !strings.Contains(err.Error(), "unencrypted") {
 		t.Fatalf("Open of a plain store with a key: %v", err)
 	}
 	// An empty store may change mode.
@@ -203,7 +203,7 @@ func TestKeyFileChecks(t *testing.T) {
 			t.Errorf("%s: accepted", tc.name)
 			continue
 		}
-		if !errors.Is(err, ErrKey) || !strings.Contains(err.Error(), tc.want) {
+		if !errors.Is(err, errKey) || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%s: error %q lacks %q", tc.name, err, tc.want)
 		}
 		if tc.content != "" && strings.Contains(err.Error(), strings.TrimSpace(tc.content)[:16]) {
@@ -213,10 +213,10 @@ func TestKeyFileChecks(t *testing.T) {
 			t.Errorf("%s: a refused key created the store", tc.name)
 		}
 	}
-	if _, err := Open(t.TempDir(), Options{KeyFile: filepath.Join(dir, "missing")}); !errors.Is(err, ErrKey) {
+	if _, err := Open(t.TempDir(), Options{KeyFile: filepath.Join(dir, "missing")}); !errors.Is(err, errKey) {
 		t.Errorf("missing key file: %v", err)
 	}
-	if _, err := Open(t.TempDir(), Options{KeyFile: dir}); !errors.Is(err, ErrKey) || !strings.Contains(err.Error(), "regular") {
+	if _, err := Open(t.TempDir(), Options{KeyFile: dir}); !errors.Is(err, errKey) || !strings.Contains(err.Error(), "regular") {
 		t.Errorf("directory as key file: %v", err)
 	}
 }

@@ -41,7 +41,7 @@ func countRows(t testing.TB, s *SQLite, q string, args ...any) int {
 func dbFiles(t testing.TB, dir string) []byte {
 	t.Helper()
 	var out []byte
-	for _, name := range []string{DBName, DBName + "-wal"} {
+	for _, name := range []string{dbName, dbName + "-wal"} {
 		b, err := os.ReadFile(filepath.Join(dir, name))
 		if err != nil && !errors.Is(err, os.ErrNotExist) {
 			t.Fatal(err)
@@ -240,7 +240,7 @@ func TestRemovalWipesInlineData(t *testing.T) {
 					t.Errorf("after %s, %q is still in the database files", how, n)
 				}
 			}
-			if st, err := os.Stat(filepath.Join(dir, DBName+"-wal")); err == nil && st.Size() != 0 {
+			if st, err := os.Stat(filepath.Join(dir, dbName+"-wal")); err == nil && st.Size() != 0 {
 				t.Errorf("the WAL holds %d bytes after %s", st.Size(), how)
 			}
 			// The other capture is intact, and the store goes on.
@@ -266,11 +266,7 @@ func TestMixedInlineAndBlob(t *testing.T) {
 	shared := randomBytes(inlineMax*2, 31)
 	a := fetchCapture("acme", shared, "a's text")
 	b := fetchCapture("acme", shared, "b's text")
-	for _, c := range []*Capture{a, b} {
-		if err := s.Put(bg, c); err != nil {
-			t.Fatal(err)
-		}
-	}
+	putAll(t, s, a, b)
 	addr := partBlob(t, s, a.ID, "raw")
 	if addr == "" || addr != partBlob(t, s, b.ID, "raw") || blobRefs(t, s, addr) != 2 {
 		t.Fatalf("shared raw blob %q, refs %d", addr, blobRefs(t, s, addr))
@@ -354,11 +350,7 @@ func TestTamperedInlineDetected(t *testing.T) {
 			s := openT(t, t.TempDir(), encOpts(t, enc))
 			a := &Capture{Kind: "exec", Parts: []Part{{Name: "code", Data: []byte("print('same code')")}, {Name: "stdout", Data: []byte("a's output")}}}
 			b := &Capture{Kind: "exec", Parts: []Part{{Name: "code", Data: []byte("print('same code')")}, {Name: "stdout", Data: []byte("b's output")}}}
-			for _, c := range []*Capture{a, b} {
-				if err := s.Put(bg, c); err != nil {
-					t.Fatal(err)
-				}
-			}
+			putAll(t, s, a, b)
 			orig := partData(t, s, a.ID, "stdout")
 			set := func(id, name string, v []byte) {
 				t.Helper()
@@ -374,8 +366,8 @@ func TestTamperedInlineDetected(t *testing.T) {
 				"b's value":      func([]byte) []byte { return partData(t, s, b.ID, "stdout") },
 			} {
 				set(a.ID, "stdout", alter(bytes.Clone(orig)))
-				if _, err := s.Get(bg, a.ID); !errors.Is(err, ErrCorrupt) {
-					t.Errorf("%s: Get = %v, want ErrCorrupt", name, err)
+				if _, err := s.Get(bg, a.ID); !errors.Is(err, errCorrupt) {
+					t.Errorf("%s: Get = %v, want errCorrupt", name, err)
 				}
 			}
 			set(a.ID, "stdout", orig)
@@ -387,8 +379,8 @@ func TestTamperedInlineDetected(t *testing.T) {
 			bCode := partData(t, s, b.ID, "code")
 			set(a.ID, "code", bCode)
 			_, err := s.Get(bg, a.ID)
-			if enc && !errors.Is(err, ErrCorrupt) {
-				t.Errorf("b's sealed code in a: Get = %v, want ErrCorrupt", err)
+			if enc && !errors.Is(err, errCorrupt) {
+				t.Errorf("b's sealed code in a: Get = %v, want errCorrupt", err)
 			}
 			if !enc && err != nil {
 				t.Errorf("unencrypted, equal content is equal: %v", err)
@@ -402,7 +394,7 @@ func TestTamperedInlineDetected(t *testing.T) {
 	// A value sealed with another key names the key.
 	ka, kb := writeKey(t, t.TempDir(), 0o600, hexKey(1)), writeKey(t, t.TempDir(), 0o600, hexKey(2))
 	sa, sb := openT(t, t.TempDir(), Options{KeyFile: ka}), openT(t, t.TempDir(), Options{KeyFile: kb})
-	id := NewID()
+	id := newID()
 	ca, cb := &Capture{ID: id, Kind: "exec", Parts: []Part{{Name: "stdout", Data: []byte("x")}}}, &Capture{ID: id, Kind: "exec", Parts: []Part{{Name: "stdout", Data: []byte("x")}}}
 	if err := sa.Put(bg, ca); err != nil {
 		t.Fatal(err)
@@ -413,7 +405,7 @@ func TestTamperedInlineDetected(t *testing.T) {
 	if _, err := sb.wdb.Exec(`UPDATE parts SET data = ? WHERE capture_id = ?`, partData(t, sa, id, "stdout"), id); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := sb.Get(bg, id); !errors.Is(err, ErrKey) || !strings.Contains(err.Error(), sa.keys.fingerprint) {
+	if _, err := sb.Get(bg, id); !errors.Is(err, errKey) || !strings.Contains(err.Error(), sa.keys.fingerprint) {
 		t.Fatalf("a value sealed with another key: %v", err)
 	}
 }
@@ -464,14 +456,14 @@ func TestMigratesSchemaV1(t *testing.T) {
 	if err := os.MkdirAll(filepath.Join(dir, blobDir), 0o700); err != nil {
 		t.Fatal(err)
 	}
-	db, err := sql.Open("sqlite", sqlitedb.DSN(filepath.Join(dir, DBName), []string{"journal_mode(WAL)"}, false))
+	db, err := sql.Open("sqlite", sqlitedb.DSN(filepath.Join(dir, dbName), []string{"journal_mode(WAL)"}, false))
 	if err != nil {
 		t.Fatal(err)
 	}
 	if err := sqlitedb.Migrate(bg, db, 1, schemaV1); err != nil {
 		t.Fatal(err)
 	}
-	old := &Capture{ID: NewID(), Kind: "exec", Tenant: "acme", KeyID: "k1", CreatedAt: time.Date(2029, 5, 1, 0, 0, 0, 0, time.UTC),
+	old := &Capture{ID: newID(), Kind: "exec", Tenant: "acme", KeyID: "k1", CreatedAt: time.Date(2029, 5, 1, 0, 0, 0, 0, time.UTC),
 		Parts: []Part{{Name: "code", ContentType: "text/x-python", Data: []byte("print('old')")}, {Name: "stdout", Data: []byte("old\n")}, {Name: "stderr", Data: []byte{}}}}
 	mustExec := func(q string, args ...any) {
 		t.Helper()

@@ -29,26 +29,26 @@ type keys struct {
 func loadKeyFile(name string) (*keys, error) {
 	fi, err := os.Stat(name)
 	if err != nil {
-		return nil, fmt.Errorf("%w file: %w", ErrKey, err)
+		return nil, fmt.Errorf("%w file: %w", errKey, err)
 	}
 	if !fi.Mode().IsRegular() {
-		return nil, fmt.Errorf("%w file %s is not a regular file", ErrKey, name)
+		return nil, fmt.Errorf("%w file %s is not a regular file", errKey, name)
 	}
 	if perm := fi.Mode().Perm(); perm&0o077 != 0 {
-		return nil, fmt.Errorf("%w file %s has mode %04o: group and others must have no access (chmod 600 %s)", ErrKey, name, perm, name)
+		return nil, fmt.Errorf("%w file %s has mode %04o: group and others must have no access (chmod 600 %s)", errKey, name, perm, name)
 	}
 	raw, err := os.ReadFile(name)
 	if err != nil {
-		return nil, fmt.Errorf("%w file: %w", ErrKey, err)
+		return nil, fmt.Errorf("%w file: %w", errKey, err)
 	}
 	defer clear(raw)
 	line := bytes.TrimSpace(raw)
 	if bytes.ContainsAny(line, "\r\n") {
-		return nil, fmt.Errorf("%w file %s has more than one line; it must hold one line: 32 random bytes in hex or base64", ErrKey, name)
+		return nil, fmt.Errorf("%w file %s has more than one line; it must hold one line: 32 random bytes in hex or base64", errKey, name)
 	}
 	key, ok := decodeKey(string(line))
 	if !ok {
-		return nil, fmt.Errorf("%w file %s does not hold 32 bytes in hex (64 digits) or base64 (44 characters); make one with: head -c 32 /dev/urandom | base64 > %s", ErrKey, name, name)
+		return nil, fmt.Errorf("%w file %s does not hold 32 bytes in hex (64 digits) or base64 (44 characters); make one with: head -c 32 /dev/urandom | base64 > %s", errKey, name, name)
 	}
 	defer clear(key)
 	return deriveKeys(key)

@@ -124,8 +124,8 @@ type Options struct {
 }
 
 const (
-	// DBName is the metadata database's name in the capture directory.
-	DBName   = "captures.db"
+	// dbName is the metadata database's name in the capture directory.
+	dbName   = "captures.db"
 	lockFile = "captures.lock"
 	// schemaVersion 2 added parts.data (inline parts); a version 1
 	// database is migrated by Open (see addInlineColumn), and a sandboxd
@@ -231,7 +231,7 @@ func Open(dir string, opts Options) (*SQLite, error) {
 		syncPragma = "synchronous(OFF)"
 	}
 	pragmas := []string{"busy_timeout(" + strconv.Itoa(busyTimeoutMS) + ")", "journal_mode(WAL)", syncPragma, "foreign_keys(1)", "secure_delete(1)"}
-	path := filepath.Join(dir, DBName)
+	path := filepath.Join(dir, dbName)
 	var err error
 	if s.wdb, err = sql.Open("sqlite", sqlitedb.DSN(path, pragmas, true)); err != nil {
 		return nil, err
@@ -242,7 +242,7 @@ func Open(dir string, opts Options) (*SQLite, error) {
 	s.wdb.SetConnMaxIdleTime(0)
 	if err := s.migrate(); err != nil {
 		s.Close()
-		return nil, fmt.Errorf("opening the capture database %s: %w", filepath.Join(dir, DBName), err)
+		return nil, fmt.Errorf("opening the capture database %s: %w", filepath.Join(dir, dbName), err)
 	}
 	if s.rdb, err = sql.Open("sqlite", sqlitedb.DSN(path, pragmas, false)); err != nil {
 		s.Close()
@@ -351,15 +351,15 @@ func (s *SQLite) checkKey() error {
 			return err
 		}
 		if n > 0 {
-			where := filepath.Join(s.dir, DBName)
+			where := filepath.Join(s.dir, dbName)
 			storedFP, _ := strings.CutPrefix(stored, "aes-256-gcm/")
 			switch {
 			case stored == "none":
-				return fmt.Errorf("%w: the capture store %s holds unencrypted captures and cannot take a key file; open it without one, or start a new capture directory", ErrKey, where)
+				return fmt.Errorf("%w: the capture store %s holds unencrypted captures and cannot take a key file; open it without one, or start a new capture directory", errKey, where)
 			case s.keys == nil:
-				return fmt.Errorf("%w: the capture store %s is encrypted (key %s); give its key file", ErrKey, where, storedFP)
+				return fmt.Errorf("%w: the capture store %s is encrypted (key %s); give its key file", errKey, where, storedFP)
 			default:
-				return fmt.Errorf("%w: the key file is not the key the capture store %s is encrypted with (the store's key is %s, the file's %s)", ErrKey, where, storedFP, s.keys.fingerprint)
+				return fmt.Errorf("%w: the key file is not the key the capture store %s is encrypted with (the store's key is %s, the file's %s)", errKey, where, storedFP, s.keys.fingerprint)
 			}
 		}
 	}
@@ -429,23 +429,23 @@ func (s *SQLite) openMeta(id string, b []byte) (map[string]string, error) {
 	}
 	if b[0] == 1 {
 		if s.keys == nil {
-			return nil, fmt.Errorf("%w: capture %s has encrypted metadata and the store was opened without a key", ErrKey, id)
+			return nil, fmt.Errorf("%w: capture %s has encrypted metadata and the store was opened without a key", errKey, id)
 		}
 		ns := s.keys.aead.NonceSize()
 		if len(b) < 1+ns {
-			return nil, fmt.Errorf("%w: capture %s: metadata truncated", ErrCorrupt, id)
+			return nil, fmt.Errorf("%w: capture %s: metadata truncated", errCorrupt, id)
 		}
 		js, err := s.keys.aead.Open(nil, b[1:1+ns], b[1+ns:], []byte("capture meta "+id))
 		if err != nil {
-			return nil, fmt.Errorf("%w: capture %s: metadata fails authentication", ErrCorrupt, id)
+			return nil, fmt.Errorf("%w: capture %s: metadata fails authentication", errCorrupt, id)
 		}
 		b = js
 	} else if s.keys != nil {
-		return nil, fmt.Errorf("%w: capture %s: unencrypted metadata in an encrypted store", ErrCorrupt, id)
+		return nil, fmt.Errorf("%w: capture %s: unencrypted metadata in an encrypted store", errCorrupt, id)
 	}
 	var m map[string]string
 	if err := json.Unmarshal(b, &m); err != nil {
-		return nil, fmt.Errorf("%w: capture %s: metadata: %v", ErrCorrupt, id, err)
+		return nil, fmt.Errorf("%w: capture %s: metadata: %v", errCorrupt, id, err)
 	}
 	return m, nil
 }
@@ -455,7 +455,7 @@ func (s *SQLite) openMeta(id string, b []byte) (map[string]string, error) {
 // c.Erased are not stored.
 func (s *SQLite) Put(ctx context.Context, c *Capture) error {
 	if c.ID == "" {
-		c.ID = NewID()
+		c.ID = newID()
 	}
 	if c.CreatedAt.IsZero() {
 		c.CreatedAt = time.Now()
@@ -518,7 +518,7 @@ func (s *SQLite) Put(ctx context.Context, c *Capture) error {
 		return fmt.Errorf("storing capture %s: %w", c.ID, err)
 	}
 	if exists != 0 {
-		return fmt.Errorf("storing capture %s: %w", c.ID, ErrExists)
+		return fmt.Errorf("storing capture %s: %w", c.ID, errExists)
 	}
 	if _, err := tx.ExecContext(ctx, `INSERT INTO captures (id, kind, tenant, key_id, request_id, created_at, retention, expires_at, meta, state)
 		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, 'live')`,
@@ -671,7 +671,7 @@ func queryParts(ctx context.Context, q interface {
 
 // Get implements Store.
 func (s *SQLite) Get(ctx context.Context, id string) (*Capture, error) {
-	if !ValidID(id) {
+	if !validID(id) {
 		return nil, ErrNotFound
 	}
 	// The shared lock keeps the blobs of the rows read below on disk.
@@ -778,7 +778,7 @@ func unref(ctx context.Context, tx *sql.Tx, id string) ([]string, error) {
 // delete, for tests and tools; reviewers use Erase). It refuses a held
 // capture with ErrHeld. An erased capture's tombstone can be deleted.
 func (s *SQLite) Delete(ctx context.Context, id string) error {
-	if !ValidID(id) {
+	if !validID(id) {
 		return ErrNotFound
 	}
 	tx, err := s.wdb.BeginTx(ctx, nil)
@@ -819,18 +819,25 @@ func (s *SQLite) Delete(ctx context.Context, id string) error {
 	return err
 }
 
+// beginReviewed begins the transaction of a reviewer's change to capture
+// id (an erasure, a hold). by must say who makes it (noBy is the error
+// when it does not); an id that cannot exist is ErrNotFound.
+func (s *SQLite) beginReviewed(ctx context.Context, id, by, noBy string) (*sql.Tx, error) {
+	if strings.TrimSpace(by) == "" {
+		return nil, errors.New(noBy)
+	}
+	if !validID(id) {
+		return nil, ErrNotFound
+	}
+	return s.wdb.BeginTx(ctx, nil)
+}
+
 // Erase implements Forensics. The tombstone keeps the capture's id,
 // tenant, key, request, kind, times and its parts' names, types, sizes and
 // digests; the content and Meta (URLs) go. Erasing an erased capture
 // returns ErrErased. by must be set.
 func (s *SQLite) Erase(ctx context.Context, id, by, reason string) error {
-	if strings.TrimSpace(by) == "" {
-		return errors.New("erasing a capture: say who erases it (by)")
-	}
-	if !ValidID(id) {
-		return ErrNotFound
-	}
-	tx, err := s.wdb.BeginTx(ctx, nil)
+	tx, err := s.beginReviewed(ctx, id, by, "erasing a capture: say who erases it (by)")
 	if err != nil {
 		return err
 	}
@@ -906,13 +913,7 @@ func (s *SQLite) wipeLog(ctx context.Context) error {
 // returns ErrErased; placing one again replaces who, when and why; lifting
 // one that is not there does nothing. by must be set.
 func (s *SQLite) SetHold(ctx context.Context, id string, on bool, by, reason string) error {
-	if strings.TrimSpace(by) == "" {
-		return errors.New("setting a capture hold: say who sets it (by)")
-	}
-	if !ValidID(id) {
-		return ErrNotFound
-	}
-	tx, err := s.wdb.BeginTx(ctx, nil)
+	tx, err := s.beginReviewed(ctx, id, by, "setting a capture hold: say who sets it (by)")
 	if err != nil {
 		return err
 	}
@@ -1145,7 +1146,7 @@ func makeCursor(at int64, id string) string {
 func parseCursor(c string) (int64, string, error) {
 	b, err := base64.RawURLEncoding.DecodeString(c)
 	if err == nil {
-		if at, id, ok := strings.Cut(string(b), "."); ok && ValidID(id) {
+		if at, id, ok := strings.Cut(string(b), "."); ok && validID(id) {
 			if n, err := strconv.ParseInt(at, 10, 64); err == nil {
 				return n, id, nil
 			}
