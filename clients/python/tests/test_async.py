@@ -26,10 +26,12 @@ def test_async_client(server):
             ex = await c.submit("print('bg')")
             assert (await ex.wait(timeout=60)).stdout == "bg\n"
 
-            async with await c.session() as s:
+            async with c.session() as s:
                 await s.upload({"n.txt": "41"})
                 assert (await s.run("int(open('n.txt').read()) + 1")).value == "42"
             assert (await c.get_session(s.id)).ended
+            s2 = await c.session()
+            assert s2.info.state == "ready" and (await s2.end()).ended
 
             page = await c.fetch(server.page_url)
             assert "Sunny" in page.content

@@ -45,7 +45,6 @@ def test_truncation_redaction_and_timeout(client):
 
 def test_streaming_delivers_output_while_the_code_runs(client):
     seen = []
-    start = time.monotonic()
     code = "import sys, time\nfor i in range(3):\n    print(i, flush=True)\n    time.sleep(0.5)\nprint('done', file=sys.stderr)\n"
     r = client.run(code, on_stdout=lambda t: seen.append(("out", t, time.monotonic())),
                    on_stderr=lambda t: seen.append(("err", t, time.monotonic())))

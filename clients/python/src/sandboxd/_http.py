@@ -11,7 +11,7 @@ import time
 import uuid
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from typing import Any, Callable, Iterator, Mapping
+from typing import Any, Callable, Mapping
 
 import httpx
 
@@ -234,12 +234,6 @@ class SSEParser:
     def finish(self) -> tuple[str, str] | None:
         """The event left when the stream ended without a blank line."""
         return self.feed("") if self._data else None
-
-
-def lines(chunks: Iterator[str]) -> Iterator[str]:
-    """Lines of a text stream, whatever httpx's line splitting keeps."""
-    for chunk in chunks:
-        yield chunk.rstrip("\r\n")
 
 
 def monotonic() -> float:

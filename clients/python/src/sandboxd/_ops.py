@@ -27,6 +27,7 @@ from .types import (
     ExecState,
     FetchResult,
     Limits,
+    OutputFile,
     Readiness,
     SessionFileRef,
     SessionInfo,
@@ -238,8 +239,6 @@ class Core:
         return [SessionFileRef.from_json(f) for f in (resp.json() or {}).get("files") or []]
 
     def op_session_download(self, sid: str, path: str) -> Op:
-        from .types import OutputFile
-
         resp: Response = yield Request("GET", f"/sessions/{_seg(sid)}/files/{quote(path.lstrip('/'), safe='/')}",
                                        headers=self._headers(), replay_safe=True)
         return OutputFile.from_json(resp.json())

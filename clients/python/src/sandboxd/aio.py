@@ -7,13 +7,15 @@ import asyncio
 import inspect
 import json
 from types import TracebackType
-from typing import Any, AsyncIterator, Awaitable, Callable, Mapping, Sequence, Union
+from typing import Any, AsyncIterator, Awaitable, Callable, Generator, Mapping, Sequence, Union
 
 import httpx
 
 from . import _http
 from ._http import Request, Response, RetryPolicy, SSEParser, Sleep
-from ._ops import Core, Files, LimitsArg, Op, api_key, base_url, exec_body, fetch_body
+from ._ops import Core, Files, LimitsArg, Op, exec_body, fetch_body
+from ._ops import api_key as api_key_of
+from ._ops import base_url as base_url_of
 from .client import _connection_failed
 from .errors import APIError, ConnectionFailed, NotFound, StreamError
 from .tools import TOOL_FORMATS, check_format
@@ -62,9 +64,9 @@ class AsyncClient:
     ) -> None:
         self._core = Core(agent_session)
         self.retry = retry or RetryPolicy()
-        self.base_url = _base(base_url)
+        self.base_url = base_url_of(base_url)
         h = {"User-Agent": "sandboxd-python/0.1", **dict(headers or {})}
-        key = _key(api_key)
+        key = api_key_of(api_key)
         if key:
             h["Authorization"] = "Bearer " + key
         self._http = httpx.AsyncClient(base_url=self.base_url, headers=h, timeout=httpx.Timeout(timeout, connect=10.0),
@@ -256,7 +258,7 @@ class AsyncClient:
 
     # -- sessions --------------------------------------------------------------
 
-    async def session(
+    def session(
         self,
         profile: str | None = None,
         *,
@@ -264,12 +266,17 @@ class AsyncClient:
         idle_timeout_s: int | None = None,
         max_lifetime_s: int | None = None,
         agent_session: str | None = None,
-    ) -> "AsyncSession":
-        """Start a session; ``async with await client.session(...) as s:``
-        ends it on exit."""
-        info = await self._drive(self._core.op_session_start(profile=profile, limits=limits, idle_timeout_s=idle_timeout_s,
-                                                             max_lifetime_s=max_lifetime_s, agent_session=agent_session))
-        return AsyncSession(self, info)
+    ) -> "_SessionStart":
+        """Start a session. ``async with client.session(...) as s:`` starts
+        it and ends it on exit; ``s = await client.session(...)`` only
+        starts it (end it with ``await s.end()``)."""
+
+        async def start() -> AsyncSession:
+            info = await self._drive(self._core.op_session_start(profile=profile, limits=limits, idle_timeout_s=idle_timeout_s,
+                                                                 max_lifetime_s=max_lifetime_s, agent_session=agent_session))
+            return AsyncSession(self, info)
+
+        return _SessionStart(start)
 
     async def get_session(self, session_id: str) -> SessionInfo:
         """A session's state."""
@@ -416,6 +423,26 @@ class AsyncSession:
         return self.info
 
 
+class _SessionStart:
+    """What :meth:`AsyncClient.session` returns: awaitable (the started
+    session) and an async context manager (the session, ended on exit)."""
+
+    def __init__(self, start: Callable[[], Awaitable[AsyncSession]]) -> None:
+        self._start = start
+        self._session: AsyncSession | None = None
+
+    def __await__(self) -> Generator[Any, None, AsyncSession]:
+        return self._start().__await__()
+
+    async def __aenter__(self) -> AsyncSession:
+        self._session = await self._start()
+        return self._session
+
+    async def __aexit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
+        assert self._session is not None
+        await self._session.__aexit__(exc_type, exc, tb)
+
+
 class AsyncExecution:
     """A run in the background of an :class:`AsyncClient`."""
 
@@ -453,11 +480,3 @@ async def _stream_event(ev: tuple[str, str], callbacks: Mapping[str, AsyncOutput
     if name == "error":
         raise APIError.from_body(json.loads(data).get("error") or {}, request_id=headers.get("X-Request-Id"))
     return None
-
-
-def _base(url: str | None) -> str:
-    return base_url(url)
-
-
-def _key(key: str | None) -> str | None:
-    return api_key(key)

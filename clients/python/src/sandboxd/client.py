@@ -11,7 +11,9 @@ import httpx
 
 from . import _http
 from ._http import Request, Response, RetryPolicy, SSEParser, Sleep
-from ._ops import Core, Files, LimitsArg, Op, api_key, base_url, exec_body, fetch_body
+from ._ops import Core, Files, LimitsArg, Op, exec_body, fetch_body
+from ._ops import api_key as api_key_of
+from ._ops import base_url as base_url_of
 from .errors import APIError, ConnectionFailed, NotFound, StreamError
 from .tools import TOOL_FORMATS, check_format
 from .types import (
@@ -71,9 +73,9 @@ class Client:
     ) -> None:
         self._core = Core(agent_session)
         self.retry = retry or RetryPolicy()
-        self.base_url = _base(base_url)
+        self.base_url = base_url_of(base_url)
         h = {"User-Agent": "sandboxd-python/0.1", **dict(headers or {})}
-        key = _key(api_key)
+        key = api_key_of(api_key)
         if key:
             h["Authorization"] = "Bearer " + key
         self._http = httpx.Client(base_url=self.base_url, headers=h, timeout=httpx.Timeout(timeout, connect=10.0),
@@ -173,7 +175,8 @@ class Client:
             on_stdout, on_stderr: called with each piece of output while the
                 code runs (server-sent events). A streamed run carries no
                 Idempotency-Key (a stream cannot be replayed), so it is
-                retried only when refused before it ran.
+                retried only when refused before it ran. An exception in a
+                callback ends the stream, which kills the run.
             run_id, step: your stable facts for this call (the agent run and
                 its step): the Idempotency-Key is derived from them, so a
                 retry, even from a restarted process, never runs it twice.
@@ -553,11 +556,3 @@ def _connection_failed(req: Request, e: Exception, attempts: int) -> ConnectionF
     if req.idempotency_key:
         msg += f"; call again with the same key ({req.idempotency_key}) to get its answer without running it twice"
     return ConnectionFailed(msg, attempts=attempts, idempotency_key=req.idempotency_key)
-
-
-def _base(url: str | None) -> str:
-    return base_url(url)
-
-
-def _key(key: str | None) -> str | None:
-    return api_key(key)
