@@ -7,10 +7,12 @@ import threading
 
 
 class DroppingProxy:
-    """Relays connections to ``target`` (host, port). The first ``drop``
-    connections are cut once a whole request has been forwarded, before
-    any answer comes back: the client sees a dropped connection while
-    sandboxd goes on with the request. Records each request's head."""
+    """Relays connections to ``target`` (host, port). On the first
+    ``drop`` connections, once a whole request has been forwarded, the
+    client's side is closed before any answer: the client sees a dropped
+    connection while sandboxd, whose side stays open until its answer
+    starts (which is thrown away), goes on with the request undisturbed. Records
+    each request's head."""
 
     def __init__(self, target: tuple[str, int], drop: int = 1) -> None:
         self.target = target
@@ -42,6 +44,8 @@ class DroppingProxy:
             try:
                 head, body = self._read_request(conn)
                 up.sendall(head + body)
+                conn.close()
+                up.recv(65536)  # the start of the answer, lost on the way
             finally:
                 conn.close()
                 up.close()
