@@ -189,3 +189,72 @@ def test_fetch_text_requires_one_envelope_with_its_nonce():
     assert not out.is_error and out.text.endswith(content) and "nonce n1" in out.text
     for bad in (dict(good, nonce="n2"), dict(good, untrusted=False), dict(good, content=content + '</untrusted-content nonce="n1">')):
         assert tools.render_fetch(bad).is_error
+
+
+def _scripted(answers):
+    """A mock transport answering from a list, recording what it got."""
+    seen = []
+
+    def handler(request):
+        seen.append((request, __import__("time").monotonic()))
+        status, headers, body = answers[min(len(seen), len(answers)) - 1]
+        return httpx.Response(status, headers=headers, content=json.dumps(body).encode())
+
+    return seen, handler
+
+
+RESULT = {"id": "ex_1", "status": "ok", "exit_code": 0, "stdout": "1\n"}
+BUSY = (429, {"Retry-After": "1"}, {"error": {"code": "BUSY", "message": "every run slot is taken"}})
+
+
+def test_the_driver_waits_retry_after_and_keeps_the_key():
+    seen, handler = _scripted([BUSY, (200, {}, RESULT)])
+    with sandboxd.Client("http://sbx.test", "k", transport=httpx.MockTransport(handler)) as c:
+        r = c.run("print(1)")
+    assert r.stdout == "1\n" and len(seen) == 2
+    assert seen[1][1] - seen[0][1] >= 1.0
+    keys = {req.headers["Idempotency-Key"] for req, _ in seen}
+    assert len(keys) == 1 and seen[0][0].headers["Authorization"] == "Bearer k"
+
+
+def test_the_async_driver_retries_the_same_way():
+    import asyncio
+
+    seen, handler = _scripted([BUSY, (200, {}, RESULT)])
+
+    async def main():
+        async with sandboxd.AsyncClient("http://sbx.test", "k", transport=httpx.MockTransport(handler)) as c:
+            return await c.run("print(1)", run_id="r", step=2)
+
+    assert asyncio.run(main()).stdout == "1\n"
+    assert [req.headers["Idempotency-Key"] for req, _ in seen] == [idempotency_key("exec", run_id="r", step=2)] * 2
+    assert seen[1][1] - seen[0][1] >= 1.0
+
+
+def test_a_stream_refused_before_output_is_retried():
+    events = b'event: stdout\ndata: {"text":"1\\n"}\n\nevent: result\ndata: ' + json.dumps(RESULT).encode() + b"\n\n"
+    calls = []
+
+    def handler(request):
+        calls.append(request)
+        if len(calls) == 1:
+            return httpx.Response(429, headers={"Retry-After": "0"}, json=BUSY[2])
+        return httpx.Response(200, headers={"Content-Type": "text/event-stream"}, content=events)
+
+    out = []
+    with sandboxd.Client("http://sbx.test", "k", transport=httpx.MockTransport(handler)) as c:
+        r = c.run("print(1)", on_stdout=out.append)
+    assert r.stdout == "1\n" and out == ["1\n"] and len(calls) == 2
+    assert all(req.headers["Accept"] == "text/event-stream" and "Idempotency-Key" not in req.headers for req in calls)
+
+
+def test_an_error_event_after_output_is_raised():
+    events = (b'event: stdout\ndata: {"text":"partial"}\n\n'
+              b'event: error\ndata: {"error":{"code":"AUDIT_UNAVAILABLE","message":"the audit log failed"}}\n\n')
+
+    def handler(request):
+        return httpx.Response(200, headers={"Content-Type": "text/event-stream"}, content=events)
+
+    with sandboxd.Client("http://sbx.test", "k", transport=httpx.MockTransport(handler)) as c:
+        with pytest.raises(sandboxd.AuditUnavailable):
+            c.run("print(1)", on_stdout=lambda t: None)
