@@ -16,7 +16,7 @@
 #   make clean    remove bin/
 #
 # Variables: GO, IMAGE, BASE (for `make docker`), DOCKER_IMAGE, ADDR, KEYS_FILE,
-# BENCH_FLAGS (for `make bench`),
+# BENCH_FLAGS (for `make bench`), PYTHON (for `make test-python`; /usr/bin/python3),
 # FORCE=1 (rebuild the sandbox image even if its recipe is unchanged),
 # GVISOR_PLATFORM (ptrace or kvm, for `make gvisor`), DOCKER_DAEMON_JSON.
 
