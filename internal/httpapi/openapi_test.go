@@ -402,7 +402,7 @@ tenants:
 	c.do(oasCall{method: "POST", route: "/holds/{tenant}", target: "/holds/acme", key: keyAgent, body: `{"on":true,"reason":"x"}`, validRequest: true}).want(t, "hold as agent", 403, api.CodeForbidden)
 
 	// Tools, in each format.
-	for _, format := range []string{"", "?format=anthropic", "?format=openai", "?format=mcp"} {
+	for _, format := range []string{"", "?format=anthropic", "?format=openai", "?format=openai-responses", "?format=mcp"} {
 		c.do(oasCall{method: "GET", route: "/tools", target: "/tools" + format, key: keyAgent, validRequest: true}).want(t, "tools"+format, 200, "")
 	}
 	c.do(oasCall{method: "GET", route: "/tools", target: "/tools?format=xml", key: keyAgent}).want(t, "tools xml", 400, api.CodeValidation)
