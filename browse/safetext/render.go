@@ -435,8 +435,10 @@ func (wk *walker) enter(n *html.Node) bool {
 	if wk.seen != nil {
 		wk.seen[n] = true
 	}
-	if wk.keep != nil && !wk.keep[n] {
-		return false // holds nothing of the main content
+	if wk.keep != nil && !wk.keep[n] && n.DataAtom != atom.Br {
+		// Holds nothing of the main content. (Line breaks are kept:
+		// the extractor turns runs of them into paragraphs.)
+		return false
 	}
 	s := &wk.scan
 	if n.Namespace == "math" {
