@@ -352,7 +352,7 @@ func (f *Flow) fetchResponse(j *fetchJob, res *browse.Result) (*api.FetchRespons
 		text, outputCut = safetext.Text(string(res.Body), fetchMaxOutput)
 		if j.req.Content == api.ContentMain {
 			warnings = append(warnings, api.FetchWarning{Code: api.WarnMainFallback,
-				Message: "content \"main\" applies to HTML pages; this " + res.MediaType + " content is returned whole"})
+				Message: "content \"main\" applies to HTML pages; this page is not HTML and is returned whole"})
 		}
 	}
 	if outputCut {
