@@ -198,12 +198,19 @@ func isSpace(s string) bool {
 func countWords(s string) int {
 	n, in, word := 0, false, false
 	for i := 0; i < len(s); {
-		r, size := rune(s[i]), 1
-		if r >= utf8.RuneSelf {
-			r, size = utf8.DecodeRuneInString(s[i:])
+		c := s[i]
+		var space, alnum bool
+		if c < utf8.RuneSelf {
+			i++
+			space = asciiSpace[c]
+			alnum = c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9'
+		} else {
+			r, size := utf8.DecodeRuneInString(s[i:])
+			i += size
+			space = unicode.IsSpace(r)
+			alnum = unicode.IsLetter(r) || unicode.IsDigit(r)
 		}
-		i += size
-		if unicode.IsSpace(r) {
+		if space {
 			if in && word {
 				n++
 			}
@@ -211,7 +218,7 @@ func countWords(s string) int {
 			continue
 		}
 		in = true
-		word = word || unicode.IsLetter(r) || unicode.IsDigit(r)
+		word = word || alnum
 	}
 	if in && word {
 		n++

@@ -548,3 +548,14 @@ func TestGeneratedPage(t *testing.T) {
 	checkOutput(t, "generated", p.Text)
 	checkMarkdown(t, "generated", p.Text)
 }
+
+func TestCountWords(t *testing.T) {
+	for s, want := range map[string]int{
+		"": 0, "one": 1, "  two words\n": 2, "a - b": 2, "x=1, y=2": 2, "Grüße aus Köln": 3,
+		"東京 タワー": 2, "--- * * *": 0, "tab\tsep\u00a0nbsp": 3,
+	} {
+		if got := countWords(s); got != want {
+			t.Errorf("countWords(%q) = %d, want %d", s, got, want)
+		}
+	}
+}
