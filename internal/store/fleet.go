@@ -32,6 +32,11 @@ type Shared interface {
 	Admit(ctx context.Context, tenant, session, day string, decide func(BudgetView) *Hold) (*Hold, error)
 	// ReleaseHold deletes hold id and adds charge in one transaction.
 	ReleaseHold(ctx context.Context, id string, charge ...UsageDelta) error
+	// View is what Admit's decide would see now (without the lock).
+	View(ctx context.Context, tenant, session, day string) (BudgetView, error)
+	// Tokens is how many tokens bucket key holds at now (capacity when
+	// it has none yet), without taking one.
+	Tokens(ctx context.Context, key string, perSec, capacity float64, now time.Time) (float64, error)
 
 	// Streak returns the loop guard's record of session (zero: none).
 	Streak(ctx context.Context, session string) (Streak, error)
@@ -42,6 +47,8 @@ type Shared interface {
 	PutSession(ctx context.Context, e *SessionEntry) error
 	// GetSession returns it, or ErrNotFound.
 	GetSession(ctx context.Context, id string) (*SessionEntry, error)
+	// OpenSessions counts a tenant's live sessions on every replica.
+	OpenSessions(ctx context.Context, tenant string) (int, error)
 }
 
 // Member is one replica's serving process.

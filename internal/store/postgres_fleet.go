@@ -2,6 +2,8 @@ package store
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"math"
 	"time"
@@ -72,35 +74,18 @@ func waitFor(tokens, perSec float64) time.Duration {
 	return time.Duration(math.Ceil((1 - tokens) / perSec * float64(time.Second)))
 }
 
-// Admit implements Shared. The tenant's row in budget_tenants is locked
-// for the decision, so two replicas admitting for one tenant decide one
-// after the other; a session's counts are read under the same lock.
+// Admit implements Shared. A transaction-scoped advisory lock on the
+// tenant serializes admissions of one tenant on every replica; the view
+// is read and the hold inserted under it.
 func (s *Postgres) Admit(ctx context.Context, tenant, session, day string, decide func(BudgetView) *Hold) (*Hold, error) {
 	var hold *Hold
 	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock(hashtextextended($1, 0))`, "budget|"+tenant); err != nil {
 			return err
 		}
-		var v BudgetView
-		if err := tx.QueryRow(ctx, `SELECT execs, cpu_ms, wall_ms, fetch_bytes FROM usage WHERE scope = $1 AND tenant = $2 AND name = $3`,
-			ScopeTenantDay, tenant, day).Scan(&v.Tenant.Execs, &v.Tenant.CPUMillis, &v.Tenant.WallMillis, &v.Tenant.FetchBytes); err != nil && !errors.Is(err, pgx.ErrNoRows) {
+		v, err := view(ctx, tx, tenant, session, day)
+		if err != nil {
 			return err
-		}
-		var running int64
-		if err := tx.QueryRow(ctx, `SELECT count(*), COALESCE(sum(cpu_ms) FILTER (WHERE day = $2), 0) FROM budget_holds WHERE tenant = $1`,
-			tenant, day).Scan(&running, &v.ReservedCPU); err != nil {
-			return err
-		}
-		v.Running = int(running)
-		if session != "" {
-			if err := tx.QueryRow(ctx, `SELECT execs, cpu_ms, wall_ms, fetch_bytes FROM usage WHERE scope = $1 AND tenant = $2 AND name = $3`,
-				ScopeSession, tenant, session).Scan(&v.Session.Execs, &v.Session.CPUMillis, &v.Session.WallMillis, &v.Session.FetchBytes); err != nil && !errors.Is(err, pgx.ErrNoRows) {
-				return err
-			}
-			if err := tx.QueryRow(ctx, `SELECT count(*), COALESCE(sum(cpu_ms), 0), COALESCE(sum(wall_ms), 0) FROM budget_holds WHERE tenant = $1 AND session = $2`,
-				tenant, session).Scan(&v.Pending, &v.SessionCPU, &v.SessionWall); err != nil {
-				return err
-			}
 		}
 		h := decide(v)
 		if h == nil {
@@ -119,6 +104,66 @@ func (s *Postgres) Admit(ctx context.Context, tenant, session, day string, decid
 	return hold, err
 }
 
+// View implements Shared.
+func (s *Postgres) View(ctx context.Context, tenant, session, day string) (BudgetView, error) {
+	return view(ctx, s.pool, tenant, session, day)
+}
+
+type querier interface {
+	QueryRow(context.Context, string, ...any) pgx.Row
+}
+
+func view(ctx context.Context, q querier, tenant, session, day string) (BudgetView, error) {
+	var v BudgetView
+	usage := func(scope, name string, u *Usage) error {
+		err := q.QueryRow(ctx, `SELECT execs, cpu_ms, wall_ms, fetch_bytes FROM usage WHERE scope = $1 AND tenant = $2 AND name = $3`,
+			scope, tenant, name).Scan(&u.Execs, &u.CPUMillis, &u.WallMillis, &u.FetchBytes)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return nil
+		}
+		return err
+	}
+	if err := usage(ScopeTenantDay, day, &v.Tenant); err != nil {
+		return v, err
+	}
+	var running int64
+	if err := q.QueryRow(ctx, `SELECT count(*), COALESCE(sum(cpu_ms) FILTER (WHERE day = $2), 0) FROM budget_holds WHERE tenant = $1`,
+		tenant, day).Scan(&running, &v.ReservedCPU); err != nil {
+		return v, err
+	}
+	v.Running = int(running)
+	if session == "" {
+		return v, nil
+	}
+	if err := usage(ScopeSession, session, &v.Session); err != nil {
+		return v, err
+	}
+	err := q.QueryRow(ctx, `SELECT count(*), COALESCE(sum(cpu_ms), 0), COALESCE(sum(wall_ms), 0) FROM budget_holds WHERE tenant = $1 AND session = $2`,
+		tenant, session).Scan(&v.Pending, &v.SessionCPU, &v.SessionWall)
+	return v, err
+}
+
+// Tokens implements Shared.
+func (s *Postgres) Tokens(ctx context.Context, key string, perSec, capacity float64, now time.Time) (float64, error) {
+	var tokens float64
+	var last int64
+	err := s.pool.QueryRow(ctx, `SELECT tokens, last_ms FROM rate_buckets WHERE key = $1`, key).Scan(&tokens, &last)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return capacity, nil
+	}
+	if err != nil {
+		return 0, err
+	}
+	return math.Min(capacity, tokens+math.Max(0, float64(ms(now)-last))/1000*perSec), nil
+}
+
+// OpenSessions implements Shared.
+func (s *Postgres) OpenSessions(ctx context.Context, tenant string) (int, error) {
+	var n int
+	err := s.pool.QueryRow(ctx, `SELECT count(*) FROM sessions WHERE tenant = $1 AND state <> 'ended'`, tenant).Scan(&n)
+	return n, err
+}
+
 // ReleaseHold implements Shared.
 func (s *Postgres) ReleaseHold(ctx context.Context, id string, charge ...UsageDelta) error {
 	return pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
@@ -129,8 +174,16 @@ func (s *Postgres) ReleaseHold(ctx context.Context, id string, charge ...UsageDe
 	})
 }
 
+// streakKey is the row key of a loop guard key (which may hold any
+// bytes, NUL included): its sha256.
+func streakKey(k string) string {
+	h := sha256.Sum256([]byte(k))
+	return hex.EncodeToString(h[:])
+}
+
 // Streak implements Shared.
 func (s *Postgres) Streak(ctx context.Context, session string) (Streak, error) {
+	session = streakKey(session)
 	var st Streak
 	var seen int64
 	err := s.pool.QueryRow(ctx, `SELECT call, outcome, count, seen_ms FROM loop_streaks WHERE session = $1`, session).
@@ -147,6 +200,7 @@ func (s *Postgres) Streak(ctx context.Context, session string) (Streak, error) {
 
 // PutStreak implements Shared.
 func (s *Postgres) PutStreak(ctx context.Context, session string, st Streak) error {
+	session = streakKey(session)
 	_, err := s.pool.Exec(ctx, `INSERT INTO loop_streaks (session, call, outcome, count, seen_ms) VALUES ($1, $2, $3, $4, $5)
 		ON CONFLICT (session) DO UPDATE SET call = excluded.call, outcome = excluded.outcome, count = excluded.count, seen_ms = excluded.seen_ms`,
 		session, st.Call, st.Outcome, st.Count, ms(st.Seen))
