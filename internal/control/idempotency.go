@@ -53,7 +53,9 @@ func (p *Plane) Idempotent(ctx context.Context, ic *IdemCall, run func() *Answer
 				return ErrAnswer(Unavailable("the request ended before its Idempotency-Key was checked"))
 			}
 			ic.Log.Error("idempotency store failed", "err", err)
-			return ErrAnswer(Unavailable("the idempotency store failed, so the request was not run; retry later with the same Idempotency-Key"))
+			e := Unavailable("the idempotency store failed, so the request was not run; retry after the Retry-After seconds with the same Idempotency-Key")
+			e.RetryAfter = stateRetryAfter
+			return ErrAnswer(e)
 		}
 		if claimed {
 			a := run()
