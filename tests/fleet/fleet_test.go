@@ -320,3 +320,206 @@ func TestSessionWorksThroughOtherReplicas(t *testing.T) {
 		t.Errorf("a forged forward: %v %v; want 401", err, res)
 	}
 }
+
+// outcome is what one keyed exec of a load came to.
+type outcome struct {
+	key, code string
+	status    int    // the final answer's status
+	errCode   string // its error code, if any
+	id        string // the exec id of a 200
+	replica   string
+}
+
+// keyedLoad sends execs with unique code and an Idempotency-Key each
+// through the balancer from workers until stop is closed; a request that
+// gets no answer from sandboxd (the balancer's 502/503, a dropped
+// connection) is sent again with the same key until it gets one, within
+// a minute.
+func keyedLoad(t *testing.T, workers int, stop <-chan struct{}) []outcome {
+	t.Helper()
+	var mu sync.Mutex
+	var outs []outcome
+	var wg sync.WaitGroup
+	for w := range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; ; i++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				o := outcome{key: fmt.Sprintf("load-%d-%d-%s", w, i, e2e.RandHex(4))}
+				o.code = fmt.Sprintf("import time; time.sleep(0.2); print(%q)", o.key)
+				deadline := time.Now().Add(time.Minute)
+				for {
+					res, err := client(lb.url, agentKey).Do(context.Background(), e2e.Request{Method: "POST", Path: "/exec", Body: execBody(o.code),
+						Header: map[string]string{"Content-Type": "application/json", "Idempotency-Key": o.key}})
+					fromSandboxd := err == nil && res.Header.Get("X-Sandboxd-Replica") != ""
+					if fromSandboxd {
+						o.status, o.replica = res.Status, res.Header.Get("X-Sandboxd-Replica")
+						var body struct {
+							ID    string `json:"id"`
+							Error struct {
+								Code string `json:"code"`
+							} `json:"error"`
+						}
+						_ = json.Unmarshal(res.Body, &body)
+						o.id, o.errCode = body.ID, body.Error.Code
+						// In flight on another replica, or state that was
+						// unavailable (not a stored answer): ask again with
+						// the same key.
+						replayed := res.Header.Get("Idempotent-Replayed") == "true"
+						again := res.Status == 409 && o.errCode == "IN_PROGRESS" || res.Status == 503 && !replayed
+						if !again || time.Now().After(deadline) {
+							break
+						}
+					} else if time.Now().After(deadline) {
+						t.Errorf("key %s: no answer from sandboxd within a minute: %v %v", o.key, err, res)
+						break
+					}
+					time.Sleep(300 * time.Millisecond)
+				}
+				mu.Lock()
+				outs = append(outs, o)
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	return outs
+}
+
+// checkNothingLost requires every answered exec of outs to have its audit
+// record, and no key's code to have run twice.
+func checkNothingLost(t *testing.T, outs []outcome) {
+	t.Helper()
+	l := auditLog(t)
+	for _, o := range outs {
+		recs := records(t, l, audit.Filter{Kind: audit.KindExec, CodeSHA256: audit.SHA256([]byte(o.code))})
+		runs := map[string]bool{}
+		for _, r := range recs {
+			if r.Status != "" && r.Subject != "" {
+				runs[r.Subject] = true
+			}
+		}
+		if len(runs) > 1 {
+			t.Errorf("key %s ran %d times: %v", o.key, len(runs), runs)
+		}
+		if o.status == 200 && !runs[o.id] {
+			t.Errorf("key %s was answered (exec %s by %s) but has no audit record", o.key, o.id, o.replica)
+		}
+	}
+	verifyChain(t)
+}
+
+// SIGKILL one replica under load: the others keep serving, every answered
+// exec has its audit record, and a retry with the same key gets the
+// stored answer or 409 INTERRUPTED, never a second run. The killed
+// replica, started again, removes the containers it left.
+func TestReplicaKilledUnderLoad(t *testing.T) {
+	victim := replicas[2]
+	stop := make(chan struct{})
+	var outs []outcome
+	done := make(chan struct{})
+	go func() { outs = keyedLoad(t, 6, stop); close(done) }()
+	time.Sleep(4 * time.Second)
+	killedAt := time.Now()
+	victim.server().Kill()
+	time.Sleep(6 * time.Second)
+	close(stop)
+	<-done
+	byStatus := map[string]int{}
+	servedAfter := 0
+	for _, o := range outs {
+		byStatus[fmt.Sprintf("%d %s", o.status, o.errCode)]++
+		switch {
+		case o.status == 200, o.status == 409 && o.errCode == "INTERRUPTED":
+		default:
+			t.Errorf("key %s: %d %s from %s; want 200 or 409 INTERRUPTED", o.key, o.status, o.errCode, o.replica)
+		}
+		if o.status == 200 && o.replica != victim.name {
+			servedAfter++
+		}
+	}
+	t.Logf("%d keyed execs: %v (killed %s at %s)", len(outs), byStatus, victim.name, killedAt.Format(time.TimeOnly))
+	if servedAfter == 0 {
+		t.Error("the other replicas served nothing")
+	}
+	checkNothingLost(t, outs)
+	// Started again on the same data dir, it removes what the killed
+	// process left, and serves.
+	if err := victim.start(); err != nil {
+		t.Fatal(err)
+	}
+	if _, body, err := victim.server().WaitReady(60 * time.Second); err != nil {
+		t.Fatalf("%s after restart: %v %s", victim.name, err, body)
+	}
+	if !strings.Contains(victim.cfg.Log.String(), "removed containers left by an earlier process") {
+		t.Errorf("%s did not report removing the killed process's containers:\n%s", victim.name, victim.cfg.Log.Tail(40))
+	}
+	if _, _, err := client(victim.url(), agentKey).ExecOK(context.Background(), e2e.Py("print(3)"), "", "3\n"); err != nil {
+		t.Fatalf("%s after restart: %v", victim.name, err)
+	}
+}
+
+// Stop PostgreSQL for 10 s under load: requests answer 503 while it is
+// down (never a hang, never an answer without its record), /readyz says
+// so, and the fleet serves fully again once it is back, with the chain
+// intact.
+func TestStateStoreOutage(t *testing.T) {
+	ctx := context.Background()
+	stop := make(chan struct{})
+	var outs []outcome
+	done := make(chan struct{})
+	go func() { outs = keyedLoad(t, 3, stop); close(done) }()
+	time.Sleep(2 * time.Second)
+	pg.Stop()
+	downAt := time.Now()
+	var sawNotReady bool
+	for time.Since(downAt) < 10*time.Second {
+		if res, err := client(replicas[0].url(), "").Get(ctx, "/readyz"); err == nil && res.Status == 503 && strings.Contains(string(res.Body), `"state"`) {
+			sawNotReady = true
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
+	res, err := client(replicas[1].url(), agentKey).Do(ctx, e2e.Request{Method: "POST", Path: "/exec", Body: execBody("print(4)"), Header: e2e.JSONHeader})
+	if err != nil || res.Status != 503 || res.Header.Get("Retry-After") == "" {
+		t.Errorf("an exec while the database is down: %v %v; want 503 with Retry-After", err, res)
+	}
+	if err := pg.Restart(); err != nil {
+		t.Fatal(err)
+	}
+	upAt := time.Now()
+	// Full service again: every replica runs an exec within 30 s.
+	for _, r := range replicas {
+		for {
+			if _, _, err := client(r.url(), agentKey).ExecOK(ctx, e2e.Py("print(5)"), "", "5\n"); err == nil {
+				break
+			} else if time.Since(upAt) > 30*time.Second {
+				t.Fatalf("%s does not serve 30 s after the database came back: %v", r.name, err)
+			}
+			time.Sleep(500 * time.Millisecond)
+		}
+	}
+	t.Logf("served again %v after the database came back", time.Since(upAt).Round(100*time.Millisecond))
+	close(stop)
+	<-done
+	if !sawNotReady {
+		t.Error("/readyz never reported the state store down")
+	}
+	for _, o := range outs {
+		switch {
+		case o.status == 200, o.status == 503 && o.errCode == "AUDIT_UNAVAILABLE": // ran; its record could not be written, so no answer
+		default:
+			t.Errorf("key %s: %d %s from %s; want 200, or 503 AUDIT_UNAVAILABLE for a run whose record could not be written", o.key, o.status, o.errCode, o.replica)
+		}
+	}
+	checkNothingLost(t, outs)
+	for _, r := range replicas {
+		if code, body, err := r.server().WaitReady(15 * time.Second); err != nil {
+			t.Errorf("%s not ready after the outage: %d %v %s", r.name, code, err, body)
+		}
+	}
+}
