@@ -35,9 +35,26 @@ func Redacted(dsn string) string {
 // Open connects a pool to dsn (a postgres:// URL; pool settings such as
 // pool_max_conns may be given in it) and checks that the server answers.
 func Open(ctx context.Context, dsn string, maxConns int32) (*pgxpool.Pool, error) {
+	return open(ctx, dsn, maxConns, nil)
+}
+
+// OpenRelaxed is Open for writes that may be lost if the database server
+// itself crashes (synchronous_commit off: a commit returns before its WAL
+// record is flushed, at most a few hundred milliseconds of such commits
+// can be lost, never torn). For state whose loss a crash of the database
+// makes harmless, such as a budget hold (it would have been released) or
+// a rate bucket's refill, it saves a disk flush per write.
+func OpenRelaxed(ctx context.Context, dsn string, maxConns int32) (*pgxpool.Pool, error) {
+	return open(ctx, dsn, maxConns, map[string]string{"synchronous_commit": "off"})
+}
+
+func open(ctx context.Context, dsn string, maxConns int32, params map[string]string) (*pgxpool.Pool, error) {
 	cfg, err := pgxpool.ParseConfig(dsn)
 	if err != nil {
 		return nil, fmt.Errorf("the PostgreSQL URL %s: %w", Redacted(dsn), err)
+	}
+	for k, v := range params {
+		cfg.ConnConfig.RuntimeParams[k] = v
 	}
 	if maxConns > 0 && !strings.Contains(dsn, "pool_max_conns") {
 		cfg.MaxConns = maxConns

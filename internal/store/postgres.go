@@ -132,6 +132,12 @@ var pgSteps = []string{
 // approval filed) is decided inside the database.
 type Postgres struct {
 	pool *pgxpool.Pool
+	// relaxed commits without waiting for the flush (pgdb.OpenRelaxed):
+	// for the budget holds, rate buckets, loop streaks and beats, which a
+	// crash of the database server may lose harmlessly. Idempotency keys,
+	// async runs, usage, settings, approvals and the session directory
+	// commit durably.
+	relaxed *pgxpool.Pool
 	// DeadAfter is how long a member may go without a Beat before its
 	// in-flight work is taken for interrupted (Recover).
 	DeadAfter time.Duration
@@ -153,7 +159,12 @@ func OpenPostgres(ctx context.Context, dsn string) (*Postgres, error) {
 		pool.Close()
 		return nil, err
 	}
-	return &Postgres{pool: pool, DeadAfter: DefaultDeadAfter}, nil
+	relaxed, err := pgdb.OpenRelaxed(ctx, dsn, 32)
+	if err != nil {
+		pool.Close()
+		return nil, err
+	}
+	return &Postgres{pool: pool, relaxed: relaxed, DeadAfter: DefaultDeadAfter}, nil
 }
 
 // Pool is the connection pool, for the other PostgreSQL-backed parts of
@@ -162,6 +173,7 @@ func (s *Postgres) Pool() *pgxpool.Pool { return s.pool }
 
 // Close closes the pool.
 func (s *Postgres) Close() error {
+	s.relaxed.Close()
 	s.pool.Close()
 	return nil
 }

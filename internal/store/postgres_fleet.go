@@ -17,7 +17,7 @@ func (s *Postgres) Beat(ctx context.Context, m Member) error {
 	if m.StartedAt.IsZero() {
 		m.StartedAt = now
 	}
-	_, err := s.pool.Exec(ctx, `INSERT INTO members (owner, replica, addr, started_at, seen_at) VALUES ($1, $2, $3, $4, $5)
+	_, err := s.relaxed.Exec(ctx, `INSERT INTO members (owner, replica, addr, started_at, seen_at) VALUES ($1, $2, $3, $4, $5)
 		ON CONFLICT (owner) DO UPDATE SET replica = excluded.replica, addr = excluded.addr, seen_at = excluded.seen_at`,
 		m.Owner, m.Replica, m.Addr, ms(m.StartedAt), ms(now))
 	return err
@@ -47,7 +47,7 @@ func (s *Postgres) Member(ctx context.Context, owner string) (*Member, bool, err
 // when there is one.
 func (s *Postgres) TakeToken(ctx context.Context, key string, perSec, capacity float64, now time.Time) (time.Duration, error) {
 	var wait time.Duration
-	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+	err := pgx.BeginFunc(ctx, s.relaxed, func(tx pgx.Tx) error {
 		var tokens float64
 		if err := tx.QueryRow(ctx, `INSERT INTO rate_buckets AS b (key, tokens, last_ms) VALUES ($1, $2, $4)
 			ON CONFLICT (key) DO UPDATE SET
@@ -79,7 +79,7 @@ func waitFor(tokens, perSec float64) time.Duration {
 // is read and the hold inserted under it.
 func (s *Postgres) Admit(ctx context.Context, tenant, session, day string, decide func(BudgetView) *Hold) (*Hold, error) {
 	var hold *Hold
-	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+	err := pgx.BeginFunc(ctx, s.relaxed, func(tx pgx.Tx) error {
 		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock(hashtextextended($1, 0))`, "budget|"+tenant); err != nil {
 			return err
 		}
@@ -201,7 +201,7 @@ func (s *Postgres) Streak(ctx context.Context, session string) (Streak, error) {
 // PutStreak implements Shared.
 func (s *Postgres) PutStreak(ctx context.Context, session string, st Streak) error {
 	session = streakKey(session)
-	_, err := s.pool.Exec(ctx, `INSERT INTO loop_streaks (session, call, outcome, count, seen_ms) VALUES ($1, $2, $3, $4, $5)
+	_, err := s.relaxed.Exec(ctx, `INSERT INTO loop_streaks (session, call, outcome, count, seen_ms) VALUES ($1, $2, $3, $4, $5)
 		ON CONFLICT (session) DO UPDATE SET call = excluded.call, outcome = excluded.outcome, count = excluded.count, seen_ms = excluded.seen_ms`,
 		session, st.Call, st.Outcome, st.Count, ms(st.Seen))
 	return err
