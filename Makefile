@@ -46,7 +46,7 @@ LAUNCHER_LDFLAGS := -s -w -buildid=
 # The classic builder is what works without the buildx plugin (engine 20.10).
 DOCKER_BUILDKIT ?= $(shell docker buildx version >/dev/null 2>&1 && echo 1 || echo 0)
 
-.PHONY: all help image launcher build sandboxd cgo-deps test-deps run test vet lint docker gvisor clean fmt-check bench soak
+.PHONY: all help image launcher build sandboxd cgo-deps fleet-deps test-deps run test vet lint docker gvisor clean fmt-check bench soak
 
 all: build
 
@@ -122,9 +122,20 @@ test: image build test-deps
 	$(GO) test -race -count=1 -timeout 25m -p 1 $(E2E_PKGS)
 	SANDBOXD_TEST_ISOLATION=cell $(GO) test -race -count=1 -timeout 25m -run '$(CELL_E2E_TESTS)' ./tests/
 
+# PostgreSQL's server and HAProxy, Debian's, for the fleet's tests: they
+# start throwaway servers of their own (internal/pgtest, tests/fleet); the
+# packages' own services are not needed.
+fleet-deps:
+	@if ls /usr/lib/postgresql/*/bin/postgres >/dev/null 2>&1 && command -v haproxy >/dev/null; then exit 0; fi; \
+	echo "==> installing postgresql and haproxy for the fleet's tests"; \
+	sudo=; [ "$$(id -u)" -eq 0 ] || sudo=sudo; \
+	export DEBIAN_FRONTEND=noninteractive; \
+	$$sudo apt-get install -y -q postgresql haproxy || { $$sudo apt-get update -q && $$sudo apt-get install -y -q postgresql haproxy; }
+
 # What the tests need besides the build: headless Chromium (Debian's
-# package) for the review page's browser test (internal/reviewui/browser_test.go).
-test-deps:
+# package) for the review page's browser test (internal/reviewui/browser_test.go),
+# and the fleet's servers.
+test-deps: fleet-deps
 	@command -v chromium >/dev/null && exit 0; \
 	echo "==> installing chromium for the review page's browser test"; \
 	sudo=; [ "$$(id -u)" -eq 0 ] || sudo=sudo; \
