@@ -486,7 +486,7 @@ func TestStateStoreOutage(t *testing.T) {
 	}
 	res, err := client(replicas[1].url(), agentKey).Do(ctx, e2e.Request{Method: "POST", Path: "/exec", Body: execBody("print(4)"), Header: e2e.JSONHeader})
 	if err != nil || res.Status != 503 || res.Header.Get("Retry-After") == "" {
-		t.Errorf("an exec while the database is down: %v %v; want 503 with Retry-After", err, res)
+		t.Errorf("an exec while the database is down: %v %v; want 503 with Retry-After\n--- r2 ---\n%s", err, res, replicas[1].cfg.Log.Tail(30))
 	}
 	if err := pg.Restart(); err != nil {
 		t.Fatal(err)
