@@ -49,7 +49,7 @@ LAUNCHER_LDFLAGS := -s -w -buildid=
 # The classic builder is what works without the buildx plugin (engine 20.10).
 DOCKER_BUILDKIT ?= $(shell docker buildx version >/dev/null 2>&1 && echo 1 || echo 0)
 
-.PHONY: all help image launcher build sandboxd cgo-deps test-deps python-deps run test test-python vet lint docker gvisor clean fmt-check bench soak
+.PHONY: all help image launcher build sandboxd cgo-deps fleet-deps test-deps python-deps run test test-python vet lint docker gvisor clean fmt-check bench soak
 
 all: build
 
@@ -135,10 +135,21 @@ PYTHON ?= /usr/bin/python3
 test-python: build python-deps
 	cd clients/python && SANDBOXD_BIN='$(CURDIR)/$(SANDBOXD)' $(PYTHON) -m pytest -q -p no:cacheprovider tests
 
+# PostgreSQL's server and HAProxy, Debian's, for the fleet's tests: they
+# start throwaway servers of their own (internal/pgtest, tests/fleet); the
+# packages' own services are not needed.
+fleet-deps:
+	@if ls /usr/lib/postgresql/*/bin/postgres >/dev/null 2>&1 && command -v haproxy >/dev/null; then exit 0; fi; \
+	echo "==> installing postgresql and haproxy for the fleet's tests"; \
+	sudo=; [ "$$(id -u)" -eq 0 ] || sudo=sudo; \
+	export DEBIAN_FRONTEND=noninteractive; \
+	$$sudo apt-get install -y -q postgresql haproxy || { $$sudo apt-get update -q && $$sudo apt-get install -y -q postgresql haproxy; }
+
 # What the tests need besides the build: headless Chromium (Debian's
 # package) for the review page's browser test (internal/reviewui/browser_test.go),
-# and Debian's httpx, pytest, pip and setuptools for the Python client's.
-test-deps: python-deps
+# Debian's httpx, pytest, pip and setuptools for the Python client's, and
+# the fleet's servers.
+test-deps: python-deps fleet-deps
 	@command -v chromium >/dev/null && exit 0; \
 	echo "==> installing chromium for the review page's browser test"; \
 	sudo=; [ "$$(id -u)" -eq 0 ] || sudo=sudo; \

@@ -228,7 +228,13 @@ func (f *Flow) fetchOnce(ctx context.Context, j *fetchJob) (o fetchOutcome) {
 	lim := f.plane.Limits().Limits(tenant)
 	guardKey := tenant + "\x00" + j.session
 	if j.session != "" {
-		if refuse, n := f.plane.Guard().Check(guardKey, j.call, lim.LoopRepeats); refuse {
+		refuse, n, err := f.plane.Guard().Check(ctx, guardKey, j.call, lim.LoopRepeats)
+		if err != nil {
+			j.log.Error("loop guard check failed", "err", err)
+			o.a = control.ErrAnswer(control.StoreFailed())
+			return o
+		}
+		if refuse {
 			o.a = control.ErrAnswer(f.plane.Refusal(&api.Error{Status: http.StatusConflict, Code: api.CodeLoopDetected,
 				Message: fmt.Sprintf("session %s fetched this same URL the same way %d times in a row and got the same page each time; fetching it again will not change it. Use what you have, or fetch a different page", j.session, n)}))
 			return o
@@ -315,7 +321,9 @@ func (f *Flow) fetchOnce(ctx context.Context, j *fetchJob) (o fetchOutcome) {
 	}
 	if j.session != "" {
 		h := sha256.Sum256([]byte(fmt.Sprintf("%d|%s|%s", resp.Status, resp.FinalURL, capt)))
-		f.plane.Guard().Record(guardKey, j.call, hex.EncodeToString(h[:]))
+		if err := f.plane.Guard().Record(context.WithoutCancel(ctx), guardKey, j.call, hex.EncodeToString(h[:])); err != nil {
+			j.log.Error("recording the fetch for the loop guard failed", "err", err)
+		}
 	}
 	j.log.Info("fetch done", "status", resp.Status, "hops", len(res.Hops), "bytes_received", res.BytesReceived,
 		"content_type", res.MediaType, "truncated", resp.Truncated, "capture_id", resp.CaptureID, "redactions", redact.Counts(resp.Redactions).Total())
