@@ -3,7 +3,10 @@
 #   make image    sandbox image sandboxd/python:3.11 (no registry needed; see images/build.sh)
 #   make build    bin/sandboxd and bin/sandboxd-launcher
 #   make run      image + build, then serve on $(ADDR)
-#   make test     image + build, then go vet, staticcheck and the race-enabled test suite
+#   make test     image + build, then go vet, staticcheck and the race-enabled test suite,
+#                 then the Python client's (test-python)
+#   make test-python  the Python client's tests (clients/python) against a real
+#                 sandboxd; needs the images (make image)
 #   make lint     gofmt, go vet and staticcheck
 #   make docker   service image sandboxd/sandboxd:dev (top-level Dockerfile)
 #   make gvisor   install gVisor (runsc) and register it with the engine, for
@@ -13,7 +16,7 @@
 #   make clean    remove bin/
 #
 # Variables: GO, IMAGE, BASE (for `make docker`), DOCKER_IMAGE, ADDR, KEYS_FILE,
-# BENCH_FLAGS (for `make bench`),
+# BENCH_FLAGS (for `make bench`), PYTHON (for `make test-python`; /usr/bin/python3),
 # FORCE=1 (rebuild the sandbox image even if its recipe is unchanged),
 # GVISOR_PLATFORM (ptrace or kvm, for `make gvisor`), DOCKER_DAEMON_JSON.
 
@@ -46,7 +49,7 @@ LAUNCHER_LDFLAGS := -s -w -buildid=
 # The classic builder is what works without the buildx plugin (engine 20.10).
 DOCKER_BUILDKIT ?= $(shell docker buildx version >/dev/null 2>&1 && echo 1 || echo 0)
 
-.PHONY: all help image launcher build sandboxd cgo-deps test-deps run test vet lint docker gvisor clean fmt-check bench soak
+.PHONY: all help image launcher build sandboxd cgo-deps fleet-deps test-deps python-deps run test test-python vet lint docker gvisor clean fmt-check bench soak
 
 all: build
 
@@ -121,15 +124,45 @@ test: image build test-deps
 	$(GO) test -race -count=1 -timeout 25m $$($(GO) list ./... | grep -v '/tests')
 	$(GO) test -race -count=1 -timeout 25m -p 1 $(E2E_PKGS)
 	SANDBOXD_TEST_ISOLATION=cell $(GO) test -race -count=1 -timeout 25m -run '$(CELL_E2E_TESTS)' ./tests/
+	$(MAKE) --no-print-directory test-python
+
+# The Python client's tests (clients/python/tests, pytest) with Debian's
+# Python, which has the packages python-deps installs (the python3 first on
+# PATH may be another). They start bin/sandboxd themselves, once, with
+# profiles, keys and a tenants file of their own, and stop it at the end;
+# about a minute.
+PYTHON ?= /usr/bin/python3
+test-python: build python-deps
+	cd clients/python && SANDBOXD_BIN='$(CURDIR)/$(SANDBOXD)' $(PYTHON) -m pytest -q -p no:cacheprovider tests
+
+# PostgreSQL's server and HAProxy, Debian's, for the fleet's tests: they
+# start throwaway servers of their own (internal/pgtest, tests/fleet); the
+# packages' own services are not needed.
+fleet-deps:
+	@if ls /usr/lib/postgresql/*/bin/postgres >/dev/null 2>&1 && command -v haproxy >/dev/null; then exit 0; fi; \
+	echo "==> installing postgresql and haproxy for the fleet's tests"; \
+	sudo=; [ "$$(id -u)" -eq 0 ] || sudo=sudo; \
+	export DEBIAN_FRONTEND=noninteractive; \
+	$$sudo apt-get install -y -q postgresql haproxy || { $$sudo apt-get update -q && $$sudo apt-get install -y -q postgresql haproxy; }
 
 # What the tests need besides the build: headless Chromium (Debian's
-# package) for the review page's browser test (internal/reviewui/browser_test.go).
-test-deps:
+# package) for the review page's browser test (internal/reviewui/browser_test.go),
+# Debian's httpx, pytest, pip and setuptools for the Python client's, and
+# the fleet's servers.
+test-deps: python-deps fleet-deps
 	@command -v chromium >/dev/null && exit 0; \
 	echo "==> installing chromium for the review page's browser test"; \
 	sudo=; [ "$$(id -u)" -eq 0 ] || sudo=sudo; \
 	export DEBIAN_FRONTEND=noninteractive; \
 	$$sudo apt-get install -y -q chromium || { $$sudo apt-get update -q && $$sudo apt-get install -y -q chromium; }
+
+PYTHON_DEBS := python3-httpx python3-pytest python3-pip python3-setuptools
+python-deps:
+	@$(PYTHON) -c 'import importlib.util as u, sys; sys.exit(any(u.find_spec(m) is None for m in ("httpx", "pytest", "pip", "setuptools")))' 2>/dev/null && exit 0; \
+	echo "==> installing $(PYTHON_DEBS) for the Python client's tests"; \
+	sudo=; [ "$$(id -u)" -eq 0 ] || sudo=sudo; \
+	export DEBIAN_FRONTEND=noninteractive; \
+	$$sudo apt-get install -y -q $(PYTHON_DEBS) || { $$sudo apt-get update -q && $$sudo apt-get install -y -q $(PYTHON_DEBS); }
 
 # The sandboxd binary is built on the host (no golang image without a
 # registry) and copied in; the local base needs `make image` first.

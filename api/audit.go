@@ -54,6 +54,9 @@ type AuditRecord struct {
 	Hosts   []string          `json:"hosts,omitempty"`
 	Message string            `json:"message,omitempty"`
 	Detail  map[string]string `json:"detail,omitempty"`
+	// Replica names the sandboxd replica that wrote the record (a fleet
+	// sharing one log; empty on a single host).
+	Replica string `json:"replica,omitempty"`
 
 	PrevHash string `json:"prev_hash"`
 	Hash     string `json:"hash,omitempty"`

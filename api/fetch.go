@@ -7,14 +7,46 @@ type FetchRequest struct {
 	Profile string `json:"profile,omitempty"`
 	// Format is "text" (default) or "markdown".
 	Format string `json:"format,omitempty"`
-	// MaxBytes lowers the profile's max_response_bytes: the body is cut
-	// there and the result marked truncated.
+	// MaxBytes lowers the profile's max_response_bytes. A body over the
+	// cap is cut there and the result marked truncated.
 	MaxBytes int64 `json:"max_bytes,omitempty"`
 	// Selector keeps only the elements a CSS selector matches (HTML only).
 	Selector string `json:"selector,omitempty"`
 	// Links is "none", "text" (default) or "full" (targets listed at the end).
 	Links string `json:"links,omitempty"`
+	// Content is "full" (default: the whole visible page) or "main" (only
+	// its main content; HTML only, not with Selector).
+	Content string `json:"content,omitempty"`
 }
+
+// Content values of FetchRequest and FetchResponse.
+const (
+	ContentFull = "full"
+	ContentMain = "main"
+)
+
+// FetchWarning says where the returned content may differ from the page
+// as a reader sees it. Code is stable; Message is sandboxd's words, never
+// the page's.
+type FetchWarning struct {
+	Code    string `json:"code"`
+	Message string `json:"message"`
+}
+
+// Warning codes of FetchResponse.
+const (
+	// WarnTruncated: the body was cut at the egress profile's cap, at
+	// max_bytes or at the fetched-bytes budget; content is its first part.
+	WarnTruncated = "TRUNCATED"
+	// WarnOutputCut: the text was cut at the output cap.
+	WarnOutputCut = "OUTPUT_CUT"
+	// WarnPageHidden: the page's style sheet hides the whole page until
+	// its script shows it; it was shown.
+	WarnPageHidden = "PAGE_HIDDEN_UNTIL_SCRIPT"
+	// WarnMainFallback: content "main" was asked, but no main content was
+	// found or it looked too thin: the whole page was returned.
+	WarnMainFallback = "MAIN_CONTENT_FALLBACK"
+)
 
 // FetchResponse is the body of a successful POST /fetch.
 type FetchResponse struct {
@@ -32,9 +64,20 @@ type FetchResponse struct {
 	Content   string `json:"content"`
 	Nonce     string `json:"nonce"`
 	Untrusted bool   `json:"untrusted"`
-	// Truncated: max_bytes (or the fetched-bytes budget) cut the body, or
-	// the text was cut at the output cap.
-	Truncated     bool           `json:"truncated"`
+	// Truncated: the cap (the profile's, max_bytes or the fetched-bytes
+	// budget) cut the body, or the text was cut at the output cap; a
+	// warning says which.
+	Truncated bool `json:"truncated"`
+	// ContentMode is what content holds: "full" or "main" (the page's
+	// main content). A request for main that fell back to the whole page
+	// says full, with a warning.
+	ContentMode string `json:"content_mode"`
+	// WordsOmitted, with content_mode main, counts the visible words of
+	// the page left out of content.
+	WordsOmitted int `json:"words_omitted,omitempty"`
+	// Warnings say where content may differ from what a reader of the
+	// page sees (never empty in JSON: [] when none).
+	Warnings      []FetchWarning `json:"warnings"`
 	BytesReceived int64          `json:"bytes_received"`
 	Redactions    map[string]int `json:"redactions"`
 	Profile       ProfileRef     `json:"profile"`

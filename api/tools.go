@@ -36,6 +36,25 @@ type OpenAIToolList struct {
 	Tools []OpenAITool `json:"tools"`
 }
 
+// OpenAIResponsesTool is a function tool in the form of OpenAI's
+// Responses API (GET /tools?format=openai-responses): the function's
+// fields at the top level, beside type. Strict is always sent, false: the
+// Responses API takes an absent strict as strict mode, which requires
+// every property and rewrites optional ones as required, while the tools'
+// arguments are mostly optional.
+type OpenAIResponsesTool struct {
+	Type        string          `json:"type"`
+	Name        string          `json:"name"`
+	Description string          `json:"description"`
+	Parameters  json.RawMessage `json:"parameters"`
+	Strict      bool            `json:"strict"`
+}
+
+// OpenAIResponsesToolList is the body of GET /tools?format=openai-responses.
+type OpenAIResponsesToolList struct {
+	Tools []OpenAIResponsesTool `json:"tools"`
+}
+
 // MCPTool is a tool as an MCP tools/list result gives it
 // (GET /tools?format=mcp).
 type MCPTool struct {

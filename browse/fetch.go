@@ -1,6 +1,6 @@
 // Package browse fetches web pages for agents (POST /fetch): every hop of
 // a fetch goes through the egress decision function and dials the one
-// checked address, bodies are capped before and after decompression, the
+// checked address, bodies are cut at a cap before and after decompression, the
 // charset is decoded to UTF-8, and only HTML and plain-text kinds are
 // passed on (to browse/safetext, which turns them into safe text).
 package browse
@@ -45,8 +45,9 @@ const (
 	// CodeUpstream: connecting, TLS, the HTTP exchange, too many redirects,
 	// a broken encoding (502).
 	CodeUpstream = api.CodeUpstreamError
-	// CodeTooLarge: the body, raw or decompressed, is over the egress
-	// profile's max_response_bytes (502).
+	// CodeTooLarge is no longer returned by Fetch: a body over the cap is
+	// cut there and the result marked Truncated. Kept for the API's
+	// error table.
 	CodeTooLarge = api.CodeTooLarge
 	// CodeUnsupported: the content is neither HTML nor text (422).
 	CodeUnsupported = api.CodeUnsupported
@@ -98,8 +99,8 @@ type Request struct {
 	URL     string
 	Profile *egress.Profile
 	// MaxBytes, when positive and below the profile's max_response_bytes,
-	// is a soft cap: reading stops there and the result is Truncated. At
-	// the profile's cap the fetch fails with TOO_LARGE instead.
+	// lowers the cap. Reading stops at the cap, raw and decompressed, and
+	// the result is Truncated: a page over the cap comes back cut there.
 	MaxBytes int64
 	// Client names the fetch in decision lines; Tenant and KeyID say whose
 	// it is (for approvals).
@@ -145,8 +146,12 @@ type Result struct {
 	Body []byte
 	// Charset names the encoding Body was decoded from.
 	Charset string
-	// Truncated: the soft cap (Request.MaxBytes) cut the body.
+	// Truncated: the cap (the profile's max_response_bytes, or a lower
+	// Request.MaxBytes) cut the body, raw or decompressed.
 	Truncated bool
+	// Cap is the cap in force: the most raw and the most decompressed
+	// bytes kept of the final body.
+	Cap int64
 	// BytesReceived counts body bytes received over every hop.
 	BytesReceived int64
 }
@@ -159,10 +164,9 @@ func (f *Fetcher) Fetch(ctx context.Context, req Request) (*Result, error) {
 	if p == nil {
 		return nil, &Error{Code: CodeDenied, Status: http.StatusForbidden, URL: req.URL, Reason: "no egress profile", Message: "no egress profile applies to this fetch; nothing is allowed"}
 	}
-	hardCap := p.MaxResponseBytes
-	capBytes, soft := hardCap, false
-	if req.MaxBytes > 0 && req.MaxBytes < hardCap {
-		capBytes, soft = req.MaxBytes, true
+	capBytes := p.MaxResponseBytes
+	if req.MaxBytes > 0 && req.MaxBytes < capBytes {
+		capBytes = req.MaxBytes
 	}
 	timeout := p.TotalTimeout
 	if timeout <= 0 {
@@ -175,7 +179,7 @@ func (f *Fetcher) Fetch(ctx context.Context, req Request) (*Result, error) {
 		maxRedirects = DefaultMaxRedirects
 	}
 
-	res := &Result{URL: req.URL}
+	res := &Result{URL: req.URL, Cap: capBytes}
 	target := req.URL
 	for hop := 0; ; hop++ {
 		resp, d, err := f.do(ctx, req, target, timeout)
@@ -207,7 +211,7 @@ func (f *Fetcher) Fetch(ctx context.Context, req Request) (*Result, error) {
 			target = next
 			continue
 		}
-		err = f.read(ctx, resp, res, capBytes, soft, &h)
+		err = f.read(resp, res, capBytes, &h)
 		resp.Body.Close()
 		res.Hops = append(res.Hops, h)
 		if err != nil {
@@ -384,8 +388,10 @@ func resolveLocation(base, loc string) (string, error) {
 }
 
 // read reads the final body: raw bytes capped at capBytes (+1 to notice
-// more), decompressed bytes capped the same, then decoded to UTF-8.
-func (f *Fetcher) read(ctx context.Context, resp *http.Response, res *Result, capBytes int64, soft bool, h *Hop) error {
+// more), decompressed bytes capped the same, then decoded to UTF-8. A
+// body over the cap, raw or decompressed, is cut there and the result
+// marked Truncated; nothing past capBytes+1 bytes is read or decompressed.
+func (f *Fetcher) read(resp *http.Response, res *Result, capBytes int64, h *Hop) error {
 	ct := resp.Header.Get("Content-Type")
 	media := ""
 	if ct != "" {
@@ -402,11 +408,6 @@ func (f *Fetcher) read(ctx context.Context, resp *http.Response, res *Result, ca
 		res.ContentType, res.MediaType = ct, media
 		return unsupported(ct, declared)
 	}
-	if declared > capBytes && !soft {
-		res.ContentType, res.MediaType = ct, media
-		return &Error{Code: CodeTooLarge, Status: http.StatusBadGateway, URL: h.URL, Size: declared,
-			Message: fmt.Sprintf("%s declares a %d-byte body; the egress profile caps bodies at %d bytes (max_response_bytes)", h.URL, declared, capBytes)}
-	}
 
 	// Raw: as received, capped.
 	var raw bytes.Buffer
@@ -419,10 +420,6 @@ func (f *Fetcher) read(ctx context.Context, resp *http.Response, res *Result, ca
 	rawOver := n > capBytes
 	rawBytes := raw.Bytes()
 	if rawOver {
-		if !soft {
-			return &Error{Code: CodeTooLarge, Status: http.StatusBadGateway, URL: h.URL, Size: -1,
-				Message: fmt.Sprintf("the body of %s is over the egress profile's cap of %d bytes (max_response_bytes); ask for less with max_bytes to get the first part", h.URL, capBytes)}
-		}
 		rawBytes = rawBytes[:capBytes]
 	}
 	res.Raw = rawBytes
@@ -433,10 +430,6 @@ func (f *Fetcher) read(ctx context.Context, resp *http.Response, res *Result, ca
 		return &Error{Code: CodeUpstream, Status: http.StatusBadGateway, URL: h.URL, Message: fmt.Sprintf("the body of %s cannot be decoded: %v", h.URL, err)}
 	}
 	if over {
-		if !soft {
-			return &Error{Code: CodeTooLarge, Status: http.StatusBadGateway, URL: h.URL, Size: -1,
-				Message: fmt.Sprintf("the body of %s decompresses to more than the egress profile's cap of %d bytes (max_response_bytes); ask for less with max_bytes to get the first part", h.URL, capBytes)}
-		}
 		body = body[:capBytes]
 	}
 	res.Truncated = rawOver || over
@@ -486,7 +479,7 @@ func kindOf(media string) Kind {
 const maxEncodings = 3
 
 // decode undoes the Content-Encoding, reading at most capBytes+1 decoded
-// bytes; over reports that there were more. A raw body cut by the soft cap
+// bytes; over reports that there were more. A raw body cut by the cap
 // may end mid-stream: what decoded until then is kept.
 func decode(encoding string, raw []byte, capBytes int64, cut bool) (body []byte, over bool, err error) {
 	var codings []string
@@ -523,7 +516,7 @@ func decode(encoding string, raw []byte, capBytes int64, cut bool) (body []byte,
 	var out bytes.Buffer
 	_, err = io.Copy(&out, io.LimitReader(r, capBytes+1))
 	if err != nil && !(cut && out.Len() > 0) {
-		// A stream cut by the soft cap ends early; what decoded is kept.
+		// A stream cut by the cap ends early; what decoded is kept.
 		return nil, false, err
 	}
 	b := out.Bytes()

@@ -105,6 +105,17 @@ func BenchmarkHTMLText(b *testing.B) {
 	})
 }
 
+// BenchmarkHTMLMain is BenchmarkHTMLText with Content "main": the full
+// rendering, the Readability pass on a copy and the rendering of the
+// main content.
+func BenchmarkHTMLMain(b *testing.B) {
+	benchEach(b, func(b *testing.B, p string) {
+		if _, err := HTML(strings.NewReader(p), Options{Content: "main"}); err != nil {
+			b.Fatal(err)
+		}
+	})
+}
+
 func BenchmarkHTMLMarkdownFull(b *testing.B) {
 	base, _ := url.Parse("https://example.org/wiki/Page")
 	benchEach(b, func(b *testing.B, p string) {

@@ -208,12 +208,12 @@ func TestSelectorShape(t *testing.T) {
 		".a :not(.b ~ .c) ~ .d": {1, 2, 0}, "p:not(.a .b .c)": {2, 0, 0}, "a ( b": {1, 0, 0}, `[title="a b ~ c"] p`: {1, 0, 0}, "tr:nth-child(2n) td": {1, 0, 1},
 		"li:last-child": {0, 0, 1}, "a, b": {0, 0, 0},
 	} {
-		d, s, n := selectorShape(sel)
+		sh := selectorShape(sel)
 		nth := 0
-		if n {
+		if sh.nth {
 			nth = 1
 		}
-		if got := [3]int{int(d), int(s), nth}; got != want {
+		if got := [3]int{int(sh.desc), int(sh.sibs), nth}; got != want {
 			t.Errorf("selectorShape(%q) = %v, want %v", sel, got, want)
 		}
 	}
@@ -248,18 +248,18 @@ func TestColorMatchingBounded(t *testing.T) {
 func TestColorBudget(t *testing.T) {
 	n := &html.Node{Type: html.ElementNode}
 	var b colorBudget
-	r := &colorRule{desc: 2}
+	r := &shape{desc: 2}
 	if !b.afford(r, &elemInfo{n: n, depth: 300}) || b.spent != 90000 {
 		t.Fatalf("depth 300, 2 combinators: spent %d", b.spent)
 	}
-	if b.afford(&colorRule{desc: 3}, &elemInfo{n: n, depth: 300}) {
+	if b.afford(&shape{desc: 3}, &elemInfo{n: n, depth: 300}) {
 		t.Fatal("afforded 300^3 steps for one match")
 	}
 	b.spent = maxColorWork - 10
-	if b.afford(&colorRule{desc: 1}, &elemInfo{n: n, depth: 20}) || !b.afford(&colorRule{}, &elemInfo{n: n, depth: 20}) {
+	if b.afford(&shape{desc: 1}, &elemInfo{n: n, depth: 20}) || !b.afford(&shape{}, &elemInfo{n: n, depth: 20}) {
 		t.Fatal("the page's budget is not kept")
 	}
-	if (*colorBudget)(nil).afford(&colorRule{}, &elemInfo{n: n}) {
+	if (*colorBudget)(nil).afford(&shape{}, &elemInfo{n: n}) {
 		t.Fatal("no budget, exact match")
 	}
 }

@@ -42,7 +42,13 @@ type style struct {
 	// !important.
 	fg, bg       int32
 	fgImp, bgImp bool
+	// toggle: every reason set here is display:none, visibility:hidden
+	// or opacity, the ways a page hides itself until its script shows it.
+	toggle bool
 }
+
+// toggleProps are the properties of style.toggle.
+var toggleProps = map[string]bool{"display": true, "visibility": true, "opacity": true, "content-visibility": true}
 
 // evalStyle evaluates CSS declarations (a style attribute or the body of a
 // rule). It errs on the side of hiding: whatever looks like a hiding
@@ -54,7 +60,7 @@ func evalStyle(decls string) style {
 		decls = decodeCSS(decls)
 	}
 	decls = strings.ToLower(decls)
-	var tinyW, tinyH, zeroW, clipped, image, imageImp bool
+	var tinyW, tinyH, zeroW, clipped, image, imageImp, other bool
 	for decls != "" {
 		var d string
 		if i := strings.IndexByte(decls, ';'); i >= 0 {
@@ -74,6 +80,7 @@ func evalStyle(decls string) style {
 			v = v[:i]
 		}
 		v = strings.TrimSpace(v)
+		before := st.set &^ hideFixed
 		switch prop {
 		case "display":
 			if firstWord(v) == "none" {
@@ -136,10 +143,16 @@ func evalStyle(decls string) style {
 			} else if beyondViewport(v, true) {
 				st.set |= hideFarV
 			}
-		case "inset", "translate", "transform":
-			if offscreen(v, true) || beyondViewport(v, false) || prop == "transform" && zeroScale(v) {
+		case "inset":
+			if offscreen(v, true) || beyondViewport(v, false) {
 				st.set |= hideHard
 			} else if beyondViewport(v, true) {
+				st.set |= hideFarV
+			}
+		case "translate", "transform":
+			if hard, farV := translation(v, prop == "translate"); hard || prop == "transform" && zeroScale(v) {
+				st.set |= hideHard
+			} else if farV {
 				st.set |= hideFarV
 			}
 		case "margin", "margin-left", "margin-inline-start", "text-indent":
@@ -172,16 +185,22 @@ func evalStyle(decls string) style {
 				clipped = true
 			}
 		}
+		if st.set&^hideFixed != before && !toggleProps[prop] {
+			other = true
+		}
 	}
 	if zeroW || (tinyW || tinyH) && clipped || st.set&hidePartial == hidePartial {
 		st.set |= hideHard
+		other = true
 	}
 	if image {
 		st.bg, st.bgImp = colUnknown, imageImp
 	}
 	if st.fg == colTransparent {
 		st.set |= hideColor
+		other = true
 	}
+	st.toggle = !other
 	return st
 }
 
@@ -370,6 +389,81 @@ func beyondViewport(v string, vertical bool) bool {
 		}
 	}
 	return false
+}
+
+// translation judges a translation: the transform functions translate(),
+// translateX(), translateY() and translate3d() in a transform, or the
+// value of the translate property (bare). hard: it moves content out of
+// view sideways (by at least its own width, 100vw, or 500px left or 5000px
+// right) or by 500px up or 5000px down; farV: it moves content down or up
+// by its own height or more, or down by 3000px or 100vh, which takes it
+// off-screen only when it is fixed to the viewport (a translated element
+// in the flow overlaps its neighbours but stays on screen).
+func translation(v string, bare bool) (hard, farV bool) {
+	judge := func(tok string, vertical bool) {
+		f, unit, ok := number(tok)
+		if !ok {
+			return
+		}
+		if unit == "%" {
+			if f <= -100 || f >= 100 {
+				if vertical {
+					farV = true
+				} else {
+					hard = true
+				}
+			}
+			return
+		}
+		if offscreen(tok, true) || beyondViewport(tok, false) && !vertical {
+			hard = true
+		} else if vertical && beyondViewport(tok, true) {
+			farV = true
+		}
+	}
+	axes := func(args string, first int) {
+		i := first
+		for tok := range cssTokens(args) {
+			if i < 2 {
+				judge(tok, i == 1)
+			}
+			i++
+		}
+	}
+	if bare {
+		axes(v, 0)
+		return hard, farV
+	}
+	for rest := v; ; {
+		i := strings.Index(rest, "translate")
+		if i < 0 {
+			break
+		}
+		rest = rest[i+len("translate"):]
+		first := 0
+		switch {
+		case strings.HasPrefix(rest, "x("):
+			rest = rest[1:]
+		case strings.HasPrefix(rest, "y("):
+			rest, first = rest[1:], 1
+		case strings.HasPrefix(rest, "3d("):
+			rest = rest[2:]
+		case !strings.HasPrefix(rest, "("):
+			continue
+		}
+		args := rest[1:]
+		if j := strings.IndexByte(args, ')'); j >= 0 {
+			args = args[:j]
+		}
+		if first == 1 {
+			judge(strings.TrimSpace(args), true)
+		} else if strings.HasPrefix(rest, "(") && len(args) > 0 {
+			// translateX(x) has one axis; translate(x, y) and
+			// translate3d(x, y, z) two.
+			axes(args, 0)
+		}
+	}
+	return hard, farV
 }
 
 // zeroScale reports transforms such as scale(0) or scaleY(0.01).

@@ -17,7 +17,8 @@
 // Dropped with everything in them:
 //
 //   - script, style, noscript, template, iframe (and srcdoc), frame,
-//     frameset, object, embed, applet, svg and math (all foreign content),
+//     frameset, object, embed, applet, svg (and all foreign content but
+//     MathML, see below),
 //     canvas, audio, video, source, track, map, area, progress, meter;
 //   - form controls: input, textarea, select, option, optgroup, button,
 //     datalist, keygen;
@@ -40,7 +41,10 @@
 //     margin-left or text-indent >= 100vw or 100vmax; and, for an element
 //     with position:fixed from any of its declarations, top, bottom or a
 //     translation >= 100vh, 100% or 3000px), transforms that scale to 0 or
-//     move off-screen, clip: rect() leaving at most 1px,
+//     move off-screen (a translation in percent is of the element's own
+//     size: sideways by 100% or more hides, up or down by 100% or more
+//     hides a fixed element only; translate(-50%, -50%) centring and
+//     translateY(-100%) in the flow stay on screen), clip: rect() leaving at most 1px,
 //     clip-path inset(>=50%)/circle(0)/degenerate polygons, width or
 //     max-width 0, and width/height <= 1px with overflow hidden or clip.
 //     CSS comments and escapes are decoded first, and !important is
@@ -71,18 +75,41 @@
 //     href is a data: URL (percent-encoded or base64; the fragment is not
 //     part of it) and @import of data: URLs before the other rules; a
 //     media attribute applies like @media, and sheets with another type,
-//     disabled or alternate ones are not applied. The selector handling
-//     for hiding is a cheap over-approximation: the key compound selector
-//     (tag, classes, ids, attribute tests, :not(:defined)) is matched,
-//     ignoring other pseudo-classes and the ancestors; for `A B` and
-//     `A > B` whose key is a bare tag, A is hidden; `A + B` and `A ~ B`
-//     are matched among siblings. Rules under @media print only,
+//     disabled or alternate ones are not applied. A rule's selector is
+//     matched exactly by cascadia, ancestors and siblings included
+//     (`.social-footer a span` hides spans in links of .social-footer,
+//     nothing else), within the budget of the colour rules. Selectors
+//     that cannot be matched that way (a pseudo-class for a state such as
+//     :hover or :checked, one cascadia lacks, :has(), more than 6
+//     combinators, past the budget) are over-approximated: their key
+//     compound (tag, classes, ids, attribute tests, :not(:defined)) is
+//     matched, and for `A B` and `A > B` whose key is a bare tag, A is
+//     hidden. A leftmost compound naming a class, id or attribute that no
+//     element but html and body carries (`.js .x`: script sets it on
+//     html) is also tried without it, so such rules still hide. Rules under @media print only,
 //     @font-face, @keyframes and rules for pseudo-elements are ignored;
 //     other @media, @supports, @layer and CSS nesting are applied. For
 //     hiding the cascade is not modelled, so a later rule that shows an
 //     element again does not count: visible text may be lost, hidden text
 //     is not kept because of it. Style sheets at other URLs are never
 //     fetched.
+//
+// One hide is not obeyed: a page that hides itself until its script runs
+// (a frame-buster's html{display:none}, an anti-flicker snippet's
+// body{visibility:hidden}, an article wrapper at opacity:0 until a class
+// shows it) would come back empty. When a rule of the page's style sheets
+// hides html, body or an element holding at least 60% (and 200 bytes) of
+// the page's text, by display, visibility or opacity alone, and the page
+// has a script that runs, the element is shown and Page.Warnings says so
+// (PAGE_HIDDEN_UNTIL_SCRIPT). Everything inside is judged as usual, and
+// inline styles and the other techniques still hide.
+//
+// MathML is kept as one line of text: token elements (mi, mn, mo,
+// mtext) as written, x^2 and x_1 for scripts, (a)/(b) for fractions with
+// several parts, √(x) and root(x, n); display="block" makes a line of its
+// own. Annotations, mphantom and all but an maction's first child are
+// dropped, and mathcolor, mathbackground and mathsize count like colour
+// and font size.
 //
 // Kept: headings, paragraphs, lists (- and 1. markers, nested lists
 // indented), tables (a row per line, cells separated by " | ", Markdown
@@ -119,6 +146,25 @@
 //
 // Relative links are resolved against Options.BaseURL, not against a
 // <base> element of the page.
+//
+// # Main content
+//
+// With Options.Content "main" only the page's main content is returned:
+// the article, without navigation, share buttons, comments and related
+// links. The page is rendered in full first, recording what is visible;
+// a copy holding only the visible elements and text goes to a Readability
+// implementation (codeberg.org/readeck/go-readability); the nodes it
+// keeps (numbered on the copy, text nodes through numbered wrappers, so
+// that they are found however it moves or clones them) are rendered from
+// the original page with every rule above, as is the page's last visible
+// h1 before them when it left no h1. The extractor's cleaned HTML is never
+// rendered: it drops the style and class attributes and the style sheets
+// that hide injected text. The main output is therefore always a part of
+// the full output. Page.OmittedWords counts the visible words left out.
+// When no main content is found, or it holds less than a tenth of the
+// page's words (or fewer than 25 while the page has twice as many), the
+// whole page is returned with Page.Content "full" and a
+// MAIN_CONTENT_FALLBACK warning. "main" cannot be combined with Selector.
 //
 // # All text
 //

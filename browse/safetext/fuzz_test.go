@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"unicode"
 	"unicode/utf8"
 
 	"golang.org/x/net/html"
@@ -117,14 +118,17 @@ func checkFuzzOutput(t *testing.T, out string, max int) {
 	}
 }
 
-// FuzzHTML: HTML never panics or errors on any page; its output never
-// holds script content, removed characters or marker look-alikes, and
-// respects MaxOutput.
+// FuzzHTML: HTML never panics or errors on any page, in full and in main
+// content mode; its output never holds script content, hidden planted
+// text, removed characters or marker look-alikes, and respects MaxOutput.
+// The main content is a part of the full output: its letters are a
+// subsequence of the full output's.
 func FuzzHTML(f *testing.F) {
-	addPageSeeds(f, func(s string) { f.Add(s, false, false) })
-	f.Add("<p>x</p>", true, true)
+	addPageSeeds(f, func(s string) { f.Add(s, false, false, false); f.Add(s, false, false, true) })
+	f.Add("<p>x</p>", true, true, false)
+	f.Add("<article><h1>t</h1><p>"+strings.Repeat("Some words of an article. ", 40)+"<span class=sr-only>HIDTOKEND</span></p></article><nav>a b</nav>", true, false, true)
 	base, _ := url.Parse("https://example.org/a/b")
-	f.Fuzz(func(t *testing.T, page string, md, full bool) {
+	f.Fuzz(func(t *testing.T, page string, md, full, main bool) {
 		if len(page) > 1<<20 {
 			return
 		}
@@ -136,9 +140,22 @@ func FuzzHTML(f *testing.F) {
 		if full {
 			o.Links = "full"
 		}
+		if main {
+			o.Content = "main"
+		}
 		p, err := HTML(strings.NewReader(doc), o)
 		if err != nil {
 			t.Fatal(err)
+		}
+		if main && !full && !p.Truncated {
+			o.Content = ""
+			all, err := HTML(strings.NewReader(doc), o)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if extra := lettersNotIn(p.Text, all.Text); extra != "" {
+				t.Fatalf("main content has %q, which the full output lacks in that order:\nmain: %q\nfull: %q", extra, p.Text, all.Text)
+			}
 		}
 		checkFuzzOutput(t, p.Text, o.MaxOutput)
 		checkFuzzOutput(t, p.Title, 4*maxTitle)
@@ -187,4 +204,31 @@ func FuzzText(f *testing.F) {
 			t.Fatalf("neutralize not idempotent on %q", s)
 		}
 	})
+}
+
+// lettersNotIn checks that the letters of a are a subsequence of those
+// of b (a is b with parts left out, in the same order; a left-out
+// element may join two words) and returns what of a is left over, or "".
+func lettersNotIn(a, b string) string {
+	letters := func(s string) []rune {
+		var out []rune
+		for _, r := range s {
+			if unicode.IsLetter(r) {
+				out = append(out, r)
+			}
+		}
+		return out
+	}
+	la, lb := letters(a), letters(b)
+	j := 0
+	for i, r := range la {
+		for j < len(lb) && lb[j] != r {
+			j++
+		}
+		if j == len(lb) {
+			return string(la[i:min(i+40, len(la))])
+		}
+		j++
+	}
+	return ""
 }

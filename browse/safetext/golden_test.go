@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"unicode/utf8"
@@ -21,7 +22,8 @@ import (
 //	go test ./browse/safetext/ -run TestGolden -update
 //
 // and review the diff. A page may start with a comment setting options:
-// <!-- safetext: links=full selector=".a, .b" -->.
+// <!-- safetext: links=full selector=".a, .b" -->; content=main renders
+// the main content only, maxoutput=N caps the output.
 
 var update = flag.Bool("update", false, "rewrite the expected outputs of testdata/pages")
 
@@ -146,6 +148,14 @@ func pageOptions(t *testing.T, html string) Options {
 			o.Links = v
 		case "selector":
 			o.Selector = v
+		case "content":
+			o.Content = v
+		case "maxoutput":
+			n, err := strconv.Atoi(v)
+			if err != nil {
+				t.Fatalf("maxoutput=%q", v)
+			}
+			o.MaxOutput = n
 		default:
 			t.Fatalf("unknown option %q", kv[1])
 		}
@@ -156,6 +166,12 @@ func pageOptions(t *testing.T, html string) Options {
 func render(p Page) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "title: %s\ntruncated: %v\n", p.Title, p.Truncated)
+	if p.Content != "full" || p.OmittedWords > 0 {
+		fmt.Fprintf(&b, "content: %s (%d words, %d left out)\n", p.Content, p.Words, p.OmittedWords)
+	}
+	for _, w := range p.Warnings {
+		fmt.Fprintf(&b, "warning: %s: %s\n", w.Code, w.Message)
+	}
 	for i, l := range p.Links {
 		fmt.Fprintf(&b, "link %d: %s\n", i+1, l)
 	}

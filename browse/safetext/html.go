@@ -49,6 +49,10 @@ type Options struct {
 	BaseURL *url.URL
 	// MaxOutput caps Page.Text in bytes; 0 means DefaultMaxOutput.
 	MaxOutput int
+	// Content is "full" (the default when empty): the whole visible page,
+	// or "main": only its main content (see the package documentation).
+	// "main" cannot be combined with Selector.
+	Content string
 }
 
 // Page is the safe text of an HTML document.
@@ -65,7 +69,36 @@ type Page struct {
 	Truncated bool
 	// Links are the link targets in full mode, numbered from 1 in order.
 	Links []string
+	// Content is what Text holds: "full" (the whole visible page, or the
+	// parts Selector chose) or "main" (the main content). With
+	// Options.Content "main" it is "full" when no main content was found
+	// or the choice looked too thin; a warning then says so.
+	Content string
+	// Words counts the words of Text; OmittedWords, with Options.Content
+	// "main", the visible words of the page that Text leaves out.
+	Words, OmittedWords int
+	// Warnings say where the text may differ from what a reader sees.
+	// They are sandboxd's words: they hold no text of the page.
+	Warnings []Warning
 }
+
+// Warning is a remark about a converted page: a stable code and a
+// message in sandboxd's words (never the page's).
+type Warning struct {
+	Code    string
+	Message string
+}
+
+// Warning codes.
+const (
+	// WarnPageHidden: the page's style sheet hides the whole page (html,
+	// body, or the wrapper of most of its text) until its script shows it;
+	// it was shown.
+	WarnPageHidden = "PAGE_HIDDEN_UNTIL_SCRIPT"
+	// WarnMainFallback: Options.Content was "main" but no main content was
+	// found, or the choice looked too thin: the whole page was returned.
+	WarnMainFallback = "MAIN_CONTENT_FALLBACK"
+)
 
 // ErrInvalidOption is matched (errors.Is) by every error about Options:
 // an unknown Format or Links value, a negative MaxOutput, or a bad
@@ -77,7 +110,7 @@ var ErrSelector = errors.New("safetext: invalid selector")
 
 // OptionError reports an invalid Options field.
 type OptionError struct {
-	Field string // "Format", "Links", "MaxOutput"
+	Field string // "Format", "Links", "MaxOutput", "Content"
 	Value string
 }
 
@@ -109,25 +142,35 @@ func (e *SelectorError) Is(target error) bool {
 func (e *SelectorError) Unwrap() error { return e.Err }
 
 // check validates the options.
-func (o *Options) check() (md, full bool, err error) {
+func (o *Options) check() (md, full, main bool, err error) {
 	switch o.Format {
 	case "", "text":
 	case "markdown":
 		md = true
 	default:
-		return false, false, &OptionError{Field: "Format", Value: o.Format}
+		return false, false, false, &OptionError{Field: "Format", Value: o.Format}
 	}
 	switch o.Links {
 	case "", "none", "text":
 	case "full":
 		full = true
 	default:
-		return false, false, &OptionError{Field: "Links", Value: o.Links}
+		return false, false, false, &OptionError{Field: "Links", Value: o.Links}
 	}
 	if o.MaxOutput < 0 {
-		return false, false, &OptionError{Field: "MaxOutput", Value: strconv.Itoa(o.MaxOutput)}
+		return false, false, false, &OptionError{Field: "MaxOutput", Value: strconv.Itoa(o.MaxOutput)}
 	}
-	return md, full, nil
+	switch o.Content {
+	case "", "full":
+	case "main":
+		if strings.TrimSpace(o.Selector) != "" {
+			return false, false, false, &OptionError{Field: "Content", Value: o.Content + " with a selector"}
+		}
+		main = true
+	default:
+		return false, false, false, &OptionError{Field: "Content", Value: o.Content}
+	}
+	return md, full, main, nil
 }
 
 // compileSelector parses Options.Selector.
@@ -154,7 +197,7 @@ func compileSelector(s string) (cascadia.Selector, error) {
 // The only errors are invalid options (matching ErrInvalidOption) and
 // errors reading r.
 func HTML(r io.Reader, opts Options) (Page, error) {
-	md, full, err := opts.check()
+	md, full, main, err := opts.check()
 	if err != nil {
 		return Page{}, err
 	}
@@ -174,18 +217,23 @@ func HTML(r io.Reader, opts Options) (Page, error) {
 	}
 
 	doc, cutCSS, deep := parse(data)
-	title, css, extCSS := prepass(doc)
+	size := len(data)
+	putBuf(data)
+	title, css, extCSS, script := prepass(doc)
 	if deep {
 		css = cutCSS // the styles of the whole document, not only the prefix
 	}
-	wk := walker{full: full, base: opts.BaseURL, sheet: builtinSheet}
+	sh := builtinSheet
 	if len(css) > 0 {
-		wk.sheet = newSheet()
-		wk.sheet.fold = quirks(doc)
-		for _, c := range css {
-			wk.sheet.parseCSS(c)
+		sh = newSheet()
+		sh.doc = doc
+		if sh.fold = quirks(doc); sh.fold {
+			foldDoc(doc)
 		}
-		extCSS = extCSS || wk.sheet.external
+		for _, c := range css {
+			sh.parseCSS(c)
+		}
+		extCSS = extCSS || sh.external
 	}
 	// Without external style sheets the canvas is the browser's white and
 	// text is black (the page's own rules may paint them otherwise;
@@ -195,29 +243,79 @@ func HTML(r io.Reader, opts Options) (Page, error) {
 	if !extCSS {
 		root = rootFrame(0, 0xffffff)
 	}
+	conv := converter{doc: doc, sel: sel, root: root, size: size,
+		proto: walker{full: full, base: opts.BaseURL, sheet: sh, script: script}, md: md, limit: limit}
 
-	wk.w.init(md, limit)
-	wk.w.buf = getBuf(min(len(data)/2, limit) + 1024)
-	if sel == nil {
-		wk.walk(doc, root)
+	page := Page{Title: neutralize(collapse(title, maxTitle)), Content: "full"}
+	var out rendered
+	if main {
+		out = conv.main(&page)
 	} else {
-		wk.selected(doc, sel, root)
+		out = conv.render(nil, nil)
 	}
-
-	text := wk.finish()
-	putBuf(wk.w.buf)
-	putBuf(data)
-	page := Page{
-		Title:     neutralize(collapse(title, maxTitle)),
-		Truncated: deep || wk.w.full,
-		Links:     wk.links,
-	}
-	text = neutralize(text)
+	page.Truncated = deep || out.truncated
+	page.Links = out.links
+	page.Warnings = append(out.warnings, page.Warnings...)
+	text := neutralize(out.text)
 	if len(text) > limit {
 		text, page.Truncated = cutUTF8(text, limit), true
 	}
 	page.Text = text
+	page.Words = countWords(text)
 	return page, nil
+}
+
+// converter renders one parsed page, once or (for the main content) more.
+type converter struct {
+	doc   *html.Node
+	sel   cascadia.Selector
+	root  frame
+	proto walker // the options and the sheet
+	md    bool
+	limit int
+	size  int // bytes of the page
+}
+
+// rendered is the output of one walk of the page.
+type rendered struct {
+	text      string
+	truncated bool
+	links     []string
+	warnings  []Warning
+}
+
+// render walks the page and returns its text: all of it, or only the
+// nodes in keep; seen, when set, collects the elements entered and the
+// text nodes written.
+func (c *converter) render(keep, seen map[*html.Node]bool) rendered {
+	wk := c.proto
+	wk.keep, wk.seen = keep, seen
+	wk.w.init(c.md, c.limit)
+	wk.w.buf = getBuf(min(c.size/2, c.limit) + 1024)
+	if c.sel == nil {
+		wk.walk(c.doc, c.root)
+	} else {
+		wk.selected(c.doc, c.sel, c.root)
+	}
+	text := wk.finish()
+	putBuf(wk.w.buf)
+	return rendered{text: text, truncated: wk.w.full, links: wk.links, warnings: wk.warnings}
+}
+
+// foldDoc lower-cases the class and id attributes of every element, so
+// that selectors (folded too) match them case-insensitively, as on a
+// quirks mode page.
+func foldDoc(doc *html.Node) {
+	for n := doc; n != nil; n = next(n, doc, true) {
+		if n.Type != html.ElementNode {
+			continue
+		}
+		for i := range n.Attr {
+			if a := &n.Attr[i]; a.Namespace == "" && (a.Key == "class" || a.Key == "id") {
+				foldAttr(a)
+			}
+		}
+	}
 }
 
 // readAll is io.ReadAll into a pooled buffer, sized at once when r knows
@@ -353,8 +451,8 @@ var voidElements = map[atom.Atom]bool{
 // <template> are inert and skipped) and the data: URL sheets of
 // <link rel=stylesheet>; a media attribute becomes an @media around the
 // sheet, and sheets that are not applied (another type, disabled,
-// alternate) are left out.
-func prepass(doc *html.Node) (title string, css []string, extCSS bool) {
+// alternate) are left out. script reports a script element.
+func prepass(doc *html.Node) (title string, css []string, extCSS, script bool) {
 	total := 0
 	foundTitle := false
 	for n := doc; n != nil; {
@@ -362,6 +460,9 @@ func prepass(doc *html.Node) (title string, css []string, extCSS bool) {
 		if n.Type == html.ElementNode {
 			switch {
 			case n.DataAtom == atom.Template:
+				descend = false
+			case n.DataAtom == atom.Script:
+				script = script || n.Namespace == "" && runs(n.Attr)
 				descend = false
 			case n.DataAtom == atom.Style && (n.Namespace == "" || n.Namespace == "svg"):
 				media, skip := sheetMedia(n.Attr)
@@ -404,7 +505,24 @@ func prepass(doc *html.Node) (title string, css []string, extCSS bool) {
 		}
 		n = n.NextSibling
 	}
-	return title, css, extCSS
+	return title, css, extCSS, script
+}
+
+// runs reports whether a script element with these attributes is one a
+// browser runs: JavaScript or a module, not data such as JSON-LD.
+func runs(attrs []html.Attribute) bool {
+	for _, a := range attrs {
+		if a.Namespace == "" && a.Key == "type" {
+			switch t := strings.ToLower(strings.TrimSpace(a.Val)); t {
+			case "", "module", "text/javascript", "application/javascript", "text/ecmascript",
+				"application/ecmascript", "text/jscript", "text/livescript", "application/x-javascript":
+				return true
+			default:
+				return strings.HasPrefix(t, "text/javascript;")
+			}
+		}
+	}
+	return true
 }
 
 // sheetMedia reads the attributes of a <style> or <link> element: the
@@ -585,7 +703,6 @@ outer:
 			}
 			wk.stack = append(wk.stack, f)
 		}
-		wk.armSiblings(n)
 		ctx := wk.stack[len(wk.stack)-1]
 		ctx.act = actNone
 		wk.w.block(2)

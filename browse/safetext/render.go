@@ -28,6 +28,8 @@ const (
 	actTable
 	actRow
 	actCell
+	actClose     // MathML: write ")" on leaving
+	actMathSpace // MathML: a space on leaving
 )
 
 // frame is the state of one open element.
@@ -43,8 +45,6 @@ type frame struct {
 	prefix int    // writer prefix length to restore
 	mark   int    // writer buffer length at entry
 	href   string // link target
-	// Sibling rules armed by the children seen so far.
-	armed, adj uint64
 }
 
 type listState struct {
@@ -67,20 +67,32 @@ type attrScan struct {
 }
 
 type walker struct {
-	w        writer
-	full     bool
-	base     *url.URL
-	sheet    *sheet
-	stack    []frame
-	lists    []listState
-	tables   []tableState
-	links    []string
-	linkNum  map[string]int
-	info     elemInfo
-	scan     attrScan
-	classes  []string
-	replayed int // siblings replayed by armSiblings
-	work     colorBudget
+	w       writer
+	full    bool
+	base    *url.URL
+	sheet   *sheet
+	stack   []frame
+	lists   []listState
+	tables  []tableState
+	links   []string
+	linkNum map[string]int
+	info    elemInfo
+	scan    attrScan
+	classes []string
+	work    colorBudget
+	// script: the page has scripts, which may show what its style
+	// sheets hide at first (see pageLevel).
+	script   bool
+	textSize map[*html.Node]int // text bytes under an element (pageLevel)
+	shown    int                // page-level hides not obeyed
+	warnings []Warning
+	// keep, when set, restricts the output to these nodes (the main
+	// content) and their ancestors: other elements are not entered, and
+	// only the text nodes in keep (and white space) are written.
+	keep map[*html.Node]bool
+	// seen, when set, collects the elements entered and the text nodes
+	// written (the visible page).
+	seen map[*html.Node]bool
 }
 
 // Elements dropped with everything in them.
@@ -157,18 +169,12 @@ func (wk *walker) scanAttrs(n *html.Node) {
 		case "aria-hidden":
 			s.hard = s.hard || strings.EqualFold(strings.TrimSpace(a.Val), "true")
 		case "style":
-			s.style = a.Val
+			s.style = a.Val + s.style
 		case "class":
-			if wk.sheet.fold {
-				foldAttr(a)
-			}
 			for c := range strings.FieldsSeq(a.Val) {
 				wk.classes = append(wk.classes, strings.ToLower(c))
 			}
 		case "id":
-			if wk.sheet.fold {
-				foldAttr(a)
-			}
 			wk.info.id = strings.ToLower(strings.TrimSpace(a.Val))
 		case "alt":
 			s.alt, s.hasAlt = a.Val, true
@@ -186,6 +192,18 @@ func (wk *walker) scanAttrs(n *html.Node) {
 			}
 		case "bgcolor":
 			s.bgcolor = a.Val
+		case "mathcolor", "mathbackground", "mathsize":
+			// MathML's presentation attributes.
+			if n.Namespace == "math" {
+				switch a.Key {
+				case "mathcolor":
+					s.color = a.Val
+				case "mathbackground":
+					s.bgcolor = a.Val
+				default:
+					s.style += ";font-size:" + a.Val
+				}
+			}
 		case "role":
 			s.role = a.Val
 		case "width", "height":
@@ -197,57 +215,6 @@ func (wk *walker) scanAttrs(n *html.Node) {
 		}
 	}
 	wk.info.classes = wk.classes
-}
-
-// siblingStep applies the sibling rules to element n, a child of the
-// element on top of the stack, and arms rules for the following siblings.
-// wk.info must describe n.
-func (wk *walker) siblingStep() hide {
-	p := wk.top()
-	var eff hide
-	active := p.armed | p.adj
-	var adj uint64
-	for i := range wk.sheet.sibling {
-		r := &wk.sheet.sibling[i]
-		bit := uint64(1) << i
-		if active&bit != 0 && r.right.match(&wk.info) {
-			eff |= r.eff
-		}
-		if r.left.match(&wk.info) {
-			if r.adjacent {
-				adj |= bit
-			} else {
-				p.armed |= bit
-			}
-		}
-	}
-	p.adj = adj
-	return eff
-}
-
-// maxSibReplay bounds the siblings replayed by armSiblings for one
-// HTML call (a selector matching many siblings would be quadratic).
-const maxSibReplay = 1 << 20
-
-// armSiblings replays the element siblings before n for the sibling rules.
-// Past the budget, every sibling rule counts as armed: more is hidden,
-// never less.
-func (wk *walker) armSiblings(n *html.Node) {
-	p := wk.top()
-	p.armed, p.adj = 0, 0
-	if len(wk.sheet.sibling) == 0 || n.Parent == nil {
-		return
-	}
-	for s := n.Parent.FirstChild; s != nil && s != n; s = s.NextSibling {
-		if wk.replayed++; wk.replayed > maxSibReplay {
-			p.armed, p.adj = ^uint64(0), ^uint64(0)
-			return
-		}
-		if s.Type == html.ElementNode {
-			wk.scanAttrs(s)
-			wk.siblingStep()
-		}
-	}
 }
 
 // foldAttr lower-cases an attribute's value in place, so that the
@@ -272,19 +239,17 @@ func rootFrame(fg, bg int32) frame {
 // stack) and whether it is rendered at all. It leaves the attributes of n
 // in wk.scan.
 func (wk *walker) visible(n *html.Node) (frame, bool) {
-	sib := len(wk.sheet.sibling) > 0
-	skip := n.Namespace != "" || skipAtoms[n.DataAtom]
-	if skip && !sib {
+	if n.Namespace == "math" {
+		if mathSkip[n.Data] || n.Parent != nil && n.Parent.Data == "maction" && n.Parent.Namespace == "math" && !firstElement(n) {
+			return frame{}, false
+		}
+	} else if n.Namespace != "" || skipAtoms[n.DataAtom] {
 		return frame{}, false
 	}
 	wk.scanAttrs(n)
-	var eff hide
-	if sib {
-		eff = wk.siblingStep()
-	}
 	s := &wk.scan
 	p := wk.top()
-	if skip || s.hard || n.DataAtom == atom.Dialog && !s.open || p.closed && !firstSummary(n) {
+	if s.hard || n.DataAtom == atom.Dialog && !s.open || p.closed && !firstSummary(n) {
 		return frame{}, false
 	}
 	f := frame{soft: p.soft, closed: n.DataAtom == atom.Details && !s.open}
@@ -313,7 +278,10 @@ func (wk *walker) visible(n *html.Node) (frame, bool) {
 			offer(&cp.bg, st.bg, rank(tierOf(st.bgImp, false, true), 0, 0), false)
 		}
 	}
-	eff |= wk.sheet.effect(&wk.info, &cp)
+	toggle, eff := wk.sheet.effect(&wk.info, &cp)
+	if toggle != 0 && !(wk.script && eff == 0 && st.set&^hideFixed == 0 && wk.pageLevel(n)) {
+		eff |= toggle
+	}
 	if eff&hideHard != 0 || (eff|st.set)&hidePartial == hidePartial {
 		return frame{}, false
 	}
@@ -325,6 +293,16 @@ func (wk *walker) visible(n *html.Node) (frame, bool) {
 	f.soft |= eff & (hideFont | hideVis)
 	f.hidden = f.soft != 0 || f.closed || f.colorHidden()
 	return f, true
+}
+
+// firstElement reports whether n is the first element child of its parent.
+func firstElement(n *html.Node) bool {
+	for c := n.PrevSibling; c != nil; c = c.PrevSibling {
+		if c.Type == html.ElementNode {
+			return false
+		}
+	}
+	return true
 }
 
 // firstSummary reports whether n is the first <summary> child of its
@@ -341,9 +319,86 @@ func firstSummary(n *html.Node) bool {
 	return false
 }
 
+// pageLevel reports whether element n, which the page's style sheets
+// hide by display, visibility or opacity alone, is the whole page (html
+// or body) or the wrapper of most of its text: frame-busters
+// (html{display:none}), anti-flicker snippets (body{visibility:hidden}) and
+// pages that fade their content in (#app{opacity:0} until a class shows
+// it) hide themselves that way until their script runs, and would come
+// back empty. Such a hide is not obeyed; a warning says so. Only called
+// on pages with scripts.
+func (wk *walker) pageLevel(n *html.Node) bool {
+	level := ""
+	switch {
+	case n.DataAtom == atom.Html || n.DataAtom == atom.Body:
+		level = n.Data
+	default:
+		body := n
+		for body != nil && body.DataAtom != atom.Body {
+			body = body.Parent
+		}
+		if body == nil {
+			return false
+		}
+		if wk.shown >= maxShown {
+			return false
+		}
+		own, all := wk.textUnder(n), wk.textUnder(body)
+		if own < minWrapperText || own*10 < all*6 {
+			return false
+		}
+		level = "wrapper"
+	}
+	wk.shown++
+	msg := "the page's style sheet hides its " + level + " element until the page's script shows it; it is shown here as after the script (hidden elements inside stay hidden)"
+	if level == "wrapper" {
+		msg = "the page's style sheet hides the element that holds most of its text until the page's script shows it; it is shown here as after the script (hidden elements inside stay hidden)"
+	}
+	wk.warn(WarnPageHidden, msg)
+	return true
+}
+
+// minWrapperText is the text, in bytes, that a wrapper must hold to be
+// taken for the page's content by pageLevel; maxShown bounds the wrappers
+// shown (each costs a walk of its subtree).
+const (
+	minWrapperText = 200
+	maxShown       = 8
+)
+
+// textUnder returns the bytes of text under n, but in script, style and
+// template elements.
+func (wk *walker) textUnder(n *html.Node) int {
+	if t, ok := wk.textSize[n]; ok {
+		return t
+	}
+	t := 0
+	for c := n; c != nil; {
+		skip := c.Type == html.ElementNode && (c.DataAtom == atom.Script || c.DataAtom == atom.Style || c.DataAtom == atom.Template)
+		if c.Type == html.TextNode {
+			t += len(strings.TrimSpace(c.Data))
+		}
+		c = next(c, n, !skip)
+	}
+	if wk.textSize == nil {
+		wk.textSize = map[*html.Node]int{}
+	}
+	wk.textSize[n] = t
+	return t
+}
+
+// warn adds a warning, once per code.
+func (wk *walker) warn(code, msg string) {
+	for _, w := range wk.warnings {
+		if w.Code == code {
+			return
+		}
+	}
+	wk.warnings = append(wk.warnings, Warning{Code: code, Message: msg})
+}
+
 // context computes the frame of ancestor a of a selected element.
 func (wk *walker) context(a *html.Node) (frame, bool) {
-	wk.armSiblings(a)
 	f, ok := wk.visible(a)
 	if !ok || a.DataAtom == atom.Head {
 		return frame{}, false
@@ -357,13 +412,16 @@ func (wk *walker) enter(n *html.Node) bool {
 	w := &wk.w
 	switch n.Type {
 	case html.TextNode:
-		if !wk.top().hidden {
+		if !wk.top().hidden && (wk.keep == nil || wk.keep[n] || isSpace(n.Data)) {
+			if wk.seen != nil {
+				wk.seen[n] = true
+			}
 			w.text(n.Data)
 		}
 		return false
 	case html.DocumentNode:
 		f := *wk.top()
-		f.act, f.armed, f.adj = actNone, 0, 0
+		f.act = actNone
 		wk.stack = append(wk.stack, f)
 		return true
 	case html.ElementNode:
@@ -374,7 +432,20 @@ func (wk *walker) enter(n *html.Node) bool {
 	if !ok {
 		return false
 	}
+	if wk.seen != nil {
+		wk.seen[n] = true
+	}
+	if wk.keep != nil && !wk.keep[n] && n.DataAtom != atom.Br {
+		// Holds nothing of the main content. (Line breaks are kept:
+		// the extractor turns runs of them into paragraphs.)
+		return false
+	}
 	s := &wk.scan
+	if n.Namespace == "math" {
+		wk.mathEnter(n, &f)
+		wk.stack = append(wk.stack, f)
+		return true
+	}
 	switch n.DataAtom {
 	case atom.Br:
 		if !f.hidden {
@@ -666,6 +737,10 @@ func (wk *walker) exit() {
 		if len(w.buf) > f.mark {
 			wk.tables[len(wk.tables)-1].filled++
 		}
+	case actClose:
+		w.text(")")
+	case actMathSpace:
+		w.space, w.pend = true, true
 	}
 }
 
@@ -720,4 +795,89 @@ func trimLines(buf []byte) string {
 		}
 	}
 	return strings.TrimRight(b.String(), "\n")
+}
+
+// MathML elements that show nothing: annotations (another encoding of the
+// formula), mphantom (invisible by definition) and layout markers.
+var mathSkip = map[string]bool{
+	"annotation": true, "annotation-xml": true, "mphantom": true, "none": true,
+	"mprescripts": true, "mspace": true, "mglyph": true, "maligngroup": true, "malignmark": true,
+}
+
+// mathScripts are the MathML elements whose children are written with a
+// separator before each but the first: x^2, x_i, a/b, root(x, n).
+var mathScripts = map[string][]string{
+	"msup": {"", "^"}, "msub": {"", "_"}, "msubsup": {"", "_", "^"}, "mfrac": {"", "/"},
+	"mroot": {"", ", "}, "munder": {"", "_"}, "mover": {"", "^"}, "munderover": {"", "_", "^"},
+}
+
+// mathEnter writes MathML as one line of text: token elements (mi, mn,
+// mo, mtext) as they are, scripts and fractions with ^, _ and /,
+// parentheses around groups of several parts, roots as √(x) and
+// root(x, n); display="block" makes a line of its own. maction shows its
+// first child only, as a browser does.
+func (wk *walker) mathEnter(n *html.Node, f *frame) {
+	w := &wk.w
+	out := !f.hidden
+	if n.Data == "math" {
+		for _, a := range n.Attr {
+			if a.Key == "display" && strings.EqualFold(strings.TrimSpace(a.Val), "block") {
+				f.act = actBlock1
+				w.block(1)
+			}
+		}
+		return
+	}
+	p := n.Parent
+	if p == nil || p.Namespace != "math" {
+		return
+	}
+	k := 0
+	for c := p.FirstChild; c != nil && c != n; c = c.NextSibling {
+		if c.Type == html.ElementNode {
+			k++
+		}
+	}
+	if seps, ok := mathScripts[p.Data]; ok && out {
+		if k < len(seps) && seps[k] != "" {
+			w.text(seps[k])
+		}
+		if mathGroup(n) {
+			w.text("(")
+			f.act = actClose
+		}
+	}
+	switch n.Data {
+	case "msqrt":
+		if out {
+			w.text("√(")
+			f.act = actClose
+		}
+	case "mroot":
+		if out {
+			w.text("root(")
+			f.act = actClose
+		}
+	case "mtext", "mtd", "mtr":
+		w.space, w.pend = true, true
+		f.act = actMathSpace
+	}
+}
+
+// mathGroup reports whether a MathML element is made of several parts
+// (and needs parentheses as a script or a fraction's part).
+func mathGroup(n *html.Node) bool {
+	switch n.Data {
+	case "mi", "mn", "mo", "mtext", "ms", "msqrt", "mroot":
+		return false
+	}
+	parts := 0
+	for c := n.FirstChild; c != nil; c = c.NextSibling {
+		if c.Type == html.ElementNode {
+			if parts++; parts > 1 {
+				return true
+			}
+		}
+	}
+	return false
 }

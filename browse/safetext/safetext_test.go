@@ -391,20 +391,24 @@ func TestStyleSheet(t *testing.T) {
 		@keyframes z{from{display:none}} .l::before{display:none} .m:hover{display:none}
 		.n{ color:red; & .o{display:none} } .p:not(.q){display:none} div.r, .s{display:none}
 		@font-face{font-family:q} .t{display:block}`
-	s := newSheet()
-	s.parseCSS(css)
 	doc := `<div class="a" id=k1>1</div><div id="b">2</div><p class="c">3</p><div data-x>4</div>
-		<div data-y="v">5</div><div data-y="w">keep6</div><div class="d">7</div><div class="e">8</div>
+		<div data-y="v">5</div><div data-y="w">keep6</div><div class="d">keep7</div><div class="e">keep8<p>27</p></div><div class="d"><p>28</p></div>
 		<div class="f">keep9</div><p>10</p><p>keep11</p><div class="g">keep12</div><p>keep13</p><p class="h">14</p>
 		<p class="i">keep15</p><p class="j">16</p><p class="k">17</p><p class="l">keep18</p><p class="m">19</p>
-		<div class="n">keep20<span class="o">21</span></div><p class="p q">22</p><div class="r">23</div><p class="s">24</p>
+		<div class="n">keep20<span class="o">21</span></div><p class="p q">keep22</p><p class="p">29</p><div class="r">23</div><p class="s">24</p>
 		<p class="t">keep25</p><p class="A">26</p>`
+	p, _, _ := parse([]byte(doc))
+	// As HTML sets it up for a page without a doctype (quirks mode):
+	// names match case-insensitively.
+	s := newSheet()
+	s.doc, s.fold = p, true
+	foldDoc(p)
+	s.parseCSS(css)
 	wk := walker{sheet: s}
 	wk.w.init(false, 1<<20)
-	p, _, _ := parse([]byte(doc))
 	wk.walk(p, rootFrame(colUnknown, colUnknown))
 	out := wk.finish()
-	for i := 1; i <= 26; i++ {
+	for i := 1; i <= 29; i++ {
 		keep := strings.Contains(doc, fmt.Sprintf(">keep%d<", i))
 		word := fmt.Sprint(i)
 		if keep {
@@ -543,4 +547,15 @@ func TestGeneratedPage(t *testing.T) {
 	}
 	checkOutput(t, "generated", p.Text)
 	checkMarkdown(t, "generated", p.Text)
+}
+
+func TestCountWords(t *testing.T) {
+	for s, want := range map[string]int{
+		"": 0, "one": 1, "  two words\n": 2, "a - b": 2, "x=1, y=2": 2, "Grüße aus Köln": 3,
+		"東京 タワー": 2, "--- * * *": 0, "tab\tsep\u00a0nbsp": 3,
+	} {
+		if got := countWords(s); got != want {
+			t.Errorf("countWords(%q) = %d, want %d", s, got, want)
+		}
+	}
 }

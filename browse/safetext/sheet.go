@@ -5,25 +5,26 @@ import (
 
 	"github.com/andybalholm/cascadia"
 	"golang.org/x/net/html"
+	"golang.org/x/net/html/atom"
 )
 
 // A sheet holds the hiding rules taken from a page's style sheets (its
 // <style> elements and data: URL sheets), and the built-in classes that
-// sites use for screen-reader-only text. It is a cheap over-approximation
-// of the cascade: a rule that hides anything is applied to every element
-// its key selector could match; overrides, specificity and most
-// pseudo-classes are ignored, so at worst visible text is dropped, hidden
-// text never kept because of them.
+// sites use for screen-reader-only text. It is an over-approximation of
+// the cascade: a rule that hides anything is applied to every element its
+// selector matches (by cascadia, ancestors and siblings included; where
+// the selector cannot be matched exactly, to every element its key
+// compound could match); overrides and specificity are ignored, so at
+// worst visible text is dropped, hidden text never kept because of them.
 //
 // Colours are the exception: whether text has the colour of its
 // background depends on which declaration wins, so the sheet also holds
 // every rule that sets a text or background colour, matched exactly (by
 // cascadia) and ranked as the cascade ranks them (see colorPick).
 type sheet struct {
-	rules   []sheetRule
-	colors  []colorRule
-	index   ruleIndex
-	sibling []sibRule
+	rules  []sheetRule
+	colors []colorRule
+	index  ruleIndex
 	// fold: class and id names match ASCII case-insensitively (a quirks
 	// mode page); colour selectors are folded to lower case.
 	fold bool
@@ -31,7 +32,12 @@ type sheet struct {
 	// fetched, so backgrounds are unknown).
 	external bool
 	imported int // bytes of data: sheets taken from @import
-	selBytes int // bytes of colour selectors built (nesting resolved)
+	selBytes int // bytes of selectors built (nesting resolved)
+	// doc is the page, for docNames; names are the class, id and
+	// attribute names its elements other than html and body carry
+	// (computed on first use).
+	doc   *html.Node
+	names map[string]bool
 }
 
 // ruleIndex finds the rules whose key compound could match an element.
@@ -71,24 +77,33 @@ type colorRule struct {
 	uncertain bool
 	spec      uint32
 	order     int32
-	// Shape of sel, for the cost of matching it: its descendant and
-	// general-sibling combinators (also inside :not()), and whether it
-	// counts siblings (:nth-child() and the like).
+	shape
+}
+
+// shape is the shape of a selector, for the cost of matching it: its
+// descendant and general-sibling combinators (also inside :not()), and
+// whether it counts siblings (:nth-child() and the like).
+type shape struct {
 	desc, sibs uint8
 	nth        bool
 }
 
+// sheetRule is a hiding rule. c, its key compound, indexes it and filters
+// cheaply; sel, when set, is the whole selector, matched exactly by
+// cascadia when the budget affords it (otherwise c alone decides: more is
+// hidden, never less). relaxed, when set, is the selector without its
+// leftmost compound, a class or attribute that no element of the page
+// carries: script usually sets such a class on html or body (`.js .x`),
+// so the rule also applies where relaxed matches.
 type sheetRule struct {
-	c   compound
-	eff hide
-}
-
-// sibRule hides elements matching right that follow (adjacent: right
-// after) an element sibling matching left: `.a + p`, `.a ~ p`.
-type sibRule struct {
-	left, right compound
-	adjacent    bool
-	eff         hide
+	c            compound
+	eff          hide
+	sel, relaxed cascadia.Sel
+	shape
+	// toggle: the rule hides only by display, visibility or opacity, the
+	// way a page hides itself until its script shows it (see
+	// walker.pageLevel).
+	toggle bool
 }
 
 // compound is one compound selector, reduced to what can be matched
@@ -139,11 +154,15 @@ func newSheet() *sheet {
 var builtinSheet = newSheet()
 
 func (s *sheet) add(c compound, eff hide) {
+	s.addRule(sheetRule{c: c, eff: eff})
+}
+
+func (s *sheet) addRule(r sheetRule) {
 	if len(s.rules)+len(s.colors) >= maxRules {
 		return
 	}
-	s.index.add(&c, int32(len(s.rules)))
-	s.rules = append(s.rules, sheetRule{c: c, eff: eff})
+	s.index.add(&r.c, int32(len(s.rules)))
+	s.rules = append(s.rules, r)
 }
 
 func (s *sheet) addColor(r colorRule) {
@@ -158,7 +177,6 @@ func (s *sheet) addColor(r colorRule) {
 // Limits on what is taken from a page's styles.
 const (
 	maxRules     = 20000
-	maxSibRules  = 64
 	maxCSSNest   = 16
 	maxStyleText = 4 << 20
 	maxColorSel  = 4096 // bytes of a colour rule's selector, nesting resolved
@@ -448,7 +466,7 @@ func (s *sheet) rule(prelude, block string, depth int, parents []compound, sc sc
 	eff := st.set
 	var targets []compound
 	if eff != 0 || nested {
-		targets = s.selectors(prelude, eff, parents)
+		targets = s.selectors(prelude, eff, st.toggle, parents, sc)
 	}
 	if st.fg != colNone || st.bg != colNone {
 		s.colorRules(prelude, &st, sc)
@@ -492,7 +510,7 @@ func (s *sheet) colorRules(list string, st *style, sc scope) {
 		}
 		text, approx := s.colorSelector(sel)
 		r.uncertain = r.uncertain || approx
-		r.desc, r.sibs, r.nth = selectorShape(text)
+		r.shape = selectorShape(text)
 		if cs, err := cascadia.Parse(text); exact && err == nil && len(text) <= maxColorSel && r.desc+r.sibs <= maxColorComb &&
 			!strings.Contains(strings.ToLower(text), ":has(") {
 			sp := cs.Specificity()
@@ -652,13 +670,16 @@ func nestSelector(sel, parent string) string {
 	return b.String()
 }
 
-// selectors parses a selector list, adds a rule for each selector when eff
-// is not zero, and returns the key compounds (the parents of nested rules).
+// selectors parses a selector list, adds a hiding rule for each selector
+// when eff is not zero, and returns the key compounds (the parents of
+// nested rules when nesting cannot be resolved exactly).
 //
-// The parents' keys are added at most once, however many selectors of the
-// list stand for them: otherwise nested lists would multiply them at
-// every level.
-func (s *sheet) selectors(list string, eff hide, parents []compound) []compound {
+// A selector is matched exactly (see exactRule) when it can be; otherwise
+// it is over-approximated by a compound: its key compound, or for `A B`
+// and `A > B` whose key is a bare tag, A. The parents' keys are added at
+// most once, however many selectors of the list stand for them: otherwise
+// nested lists would multiply them at every level.
+func (s *sheet) selectors(list string, eff hide, toggle bool, parents []compound, sc scope) []compound {
 	var keys []compound
 	withParents := false
 	for len(list) > 0 {
@@ -686,10 +707,7 @@ func (s *sheet) selectors(list string, eff hide, parents []compound) []compound 
 			l := comps[len(comps)-2]
 			switch combs[len(combs)-1] {
 			case '+', '~':
-				if eff != 0 && len(s.sibling) < maxSibRules {
-					s.sibling = append(s.sibling, sibRule{left: l, right: r, adjacent: combs[len(combs)-1] == '+', eff: eff})
-					continue
-				}
+				r.nest = false
 				targets = []compound{r}
 			default:
 				// `.a p`, `.a > *`: hiding all of .a covers them.
@@ -701,6 +719,14 @@ func (s *sheet) selectors(list string, eff hide, parents []compound) []compound 
 				}
 			}
 		}
+		exact := false
+		if eff != 0 {
+			if x, ok := s.exactRule(sel, comps, combs, sc); ok {
+				x.eff, x.toggle = eff, toggle
+				s.addRule(x)
+				exact = true
+			}
+		}
 		if len(targets) > 0 && len(parents) > 0 && &targets[0] == &parents[0] {
 			if withParents {
 				continue
@@ -708,13 +734,172 @@ func (s *sheet) selectors(list string, eff hide, parents []compound) []compound 
 			withParents = true
 		}
 		for _, t := range targets {
-			if eff != 0 {
-				s.add(t, eff)
+			if eff != 0 && !exact {
+				s.addRule(sheetRule{c: t, eff: eff, toggle: toggle})
 			}
 			keys = append(keys, t)
 		}
 	}
 	return keys
+}
+
+// exactRule builds the hiding rule of one selector (comps and combs are
+// its parse) matched by cascadia: ok is false when it cannot be matched
+// exactly (nesting not resolved, a pseudo-class for a state or one
+// cascadia lacks, too long or too costly a selector).
+func (s *sheet) exactRule(sel string, comps []compound, combs []byte, sc scope) (sheetRule, bool) {
+	sel = strings.TrimSpace(sel)
+	if sc.approx || s.selBytes+len(sel)+len(sc.parent) > maxStyleText {
+		return sheetRule{}, false
+	}
+	if sc.parent != "" {
+		sel = nestSelector(sel, sc.parent)
+	}
+	s.selBytes += len(sel)
+	text, _ := s.colorSelector(sel)
+	if len(text) > maxColorSel || !structuralOnly(text) {
+		return sheetRule{}, false
+	}
+	sh := selectorShape(text)
+	if sh.desc+sh.sibs > maxColorComb {
+		return sheetRule{}, false
+	}
+	cs, err := cascadia.Parse(text)
+	if err != nil {
+		return sheetRule{}, false
+	}
+	kc, _, ok := parseSelector(text)
+	if !ok || len(kc) == 0 || kc[len(kc)-1].nest {
+		return sheetRule{}, false
+	}
+	r := sheetRule{c: kc[len(kc)-1], sel: cs, shape: sh}
+	// `.js .x`, `html.loaded > body .x`: the leftmost compound names a
+	// class, id or attribute that no element carries, which script
+	// usually sets on html or body; the rule applies without it too.
+	if sc.parent == "" && len(comps) > 1 && (combs[0] == ' ' || combs[0] == '>') {
+		if l := &comps[0]; (l.tag == "" || l.tag == "html" || l.tag == "body") && l.constrained() && !l.custom && s.absent(l) {
+			if rest := strings.TrimSpace(afterFirstCompound(text)); rest != "" {
+				rest = strings.TrimSpace(strings.TrimPrefix(rest, ">"))
+				if rs, err := cascadia.Parse(rest); err == nil && rest != "" {
+					r.relaxed = rs
+				}
+			}
+		}
+	}
+	return r, true
+}
+
+// structuralOnly reports whether every pseudo-class of a selector depends
+// on the document alone (not on a state such as :hover or :checked), so
+// that cascadia's verdict is the browser's.
+func structuralOnly(sel string) bool {
+	for i := 0; i < len(sel); i++ {
+		switch sel[i] {
+		case '"', '\'', '\\':
+			i = tokenEnd(sel, i) - 1
+		case '[':
+			i += scanSel(sel[i+1:], ']')
+		case ':':
+			if i+1 < len(sel) && sel[i+1] == ':' {
+				return false
+			}
+			name, _ := ident(sel, i+1)
+			if !structuralPseudo[name] {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+var structuralPseudo = map[string]bool{
+	"not": true, "nth-child": true, "nth-last-child": true, "nth-of-type": true,
+	"nth-last-of-type": true, "first-child": true, "last-child": true, "only-child": true,
+	"first-of-type": true, "last-of-type": true, "only-of-type": true, "root": true, "lang": true,
+}
+
+// afterFirstCompound returns sel without its first compound selector.
+func afterFirstCompound(sel string) string {
+	sel = strings.TrimLeft(sel, " \t\n\r\f")
+	for i := 0; i < len(sel); i++ {
+		switch c := sel[i]; c {
+		case '"', '\'', '\\':
+			i = tokenEnd(sel, i) - 1
+		case '(':
+			i += scanSel(sel[i+1:], ')') + 1
+		case '[':
+			i += scanSel(sel[i+1:], ']') + 1
+		case ' ', '\t', '\n', '\r', '\f', '>', '+', '~':
+			return sel[i:]
+		}
+	}
+	return ""
+}
+
+// absent reports whether some class, id or attribute that compound c
+// requires is carried by no element of the page but html and body.
+func (s *sheet) absent(c *compound) bool {
+	if s.doc == nil {
+		return false
+	}
+	if s.names == nil {
+		s.names = docNames(s.doc, s.fold)
+	}
+	for _, v := range c.classes {
+		if !s.names["."+v] {
+			return true
+		}
+	}
+	for _, v := range c.ids {
+		if !s.names["#"+v] {
+			return true
+		}
+	}
+	for _, a := range c.attrs {
+		if !s.names["["+a.name] {
+			return true
+		}
+	}
+	return false
+}
+
+// docNames collects the class names (".x"), ids ("#x") and attribute
+// names ("[x") of the elements of doc other than html and body,
+// lower-cased.
+func docNames(doc *html.Node, fold bool) map[string]bool {
+	names := map[string]bool{}
+	for n := doc; n != nil; n = next(n, doc, true) {
+		if n.Type != html.ElementNode || n.DataAtom == atom.Html || n.DataAtom == atom.Body {
+			continue
+		}
+		for _, a := range n.Attr {
+			names["["+a.Key] = true
+			switch a.Key {
+			case "class":
+				for c := range strings.FieldsSeq(a.Val) {
+					names["."+strings.ToLower(c)] = true
+				}
+			case "id":
+				names["#"+strings.ToLower(strings.TrimSpace(a.Val))] = true
+			}
+		}
+	}
+	return names
+}
+
+// next returns the node after n in document order within root, entering
+// n's children when descend is set; nil at the end.
+func next(n, root *html.Node, descend bool) *html.Node {
+	if descend && n.FirstChild != nil {
+		return n.FirstChild
+	}
+	for n != root && n.NextSibling == nil {
+		n = n.Parent
+	}
+	if n == root {
+		return nil
+	}
+	return n.NextSibling
 }
 
 // scanSel returns the index of c at parenthesis/bracket level 0 outside
@@ -982,10 +1167,11 @@ func (a *attrCond) match(n *html.Node) bool {
 	return false
 }
 
-// effect returns the union of the effects of the hiding rules matching e,
-// and offers the colour rules matching e to cp.
-func (s *sheet) effect(e *elemInfo, cp *colorPick) hide {
-	var h hide
+// effect returns the union of the effects of the hiding rules matching e
+// (toggle: of those that hide only as a page hides itself until its
+// script shows it; other: of the rest), and offers the colour rules
+// matching e to cp.
+func (s *sheet) effect(e *elemInfo, cp *colorPick) (toggle, other hide) {
 	check := func(idx []int32) {
 		for _, i := range idx {
 			if i < 0 {
@@ -993,8 +1179,12 @@ func (s *sheet) effect(e *elemInfo, cp *colorPick) hide {
 				continue
 			}
 			r := &s.rules[i]
-			if h&r.eff != r.eff && r.c.match(e) {
-				h |= r.eff
+			h := &other
+			if r.toggle {
+				h = &toggle
+			}
+			if *h&r.eff != r.eff && r.c.match(e) && s.matches(r, e) {
+				*h |= r.eff
 			}
 		}
 	}
@@ -1015,7 +1205,23 @@ func (s *sheet) effect(e *elemInfo, cp *colorPick) hide {
 		}
 	}
 	check(x.other)
-	return h
+	return toggle, other
+}
+
+// matches reports whether hiding rule r, whose key compound matches e,
+// applies to e: by its whole selector (or the relaxed one) when it has
+// one and the budget affords matching it; otherwise it does.
+func (s *sheet) matches(r *sheetRule, e *elemInfo) bool {
+	if r.sel == nil || !e.work.afford(&r.shape, e) {
+		return true
+	}
+	if r.sel.Match(e.n) {
+		return true
+	}
+	if r.relaxed == nil {
+		return false
+	}
+	return !e.work.afford(&r.shape, e) || r.relaxed.Match(e.n)
 }
 
 // color offers the declarations of r to cp when r matches e. r's whole
@@ -1028,7 +1234,7 @@ func (s *sheet) color(r *colorRule, e *elemInfo, cp *colorPick) {
 	}
 	uncertain := r.uncertain
 	if r.sel != nil {
-		if e.work.afford(r, e) {
+		if e.work.afford(&r.shape, e) {
 			if !r.sel.Match(e.n) {
 				return
 			}
@@ -1044,7 +1250,7 @@ func (s *sheet) color(r *colorRule, e *elemInfo, cp *colorPick) {
 	}
 }
 
-// Bounds on matching colour selectors: cascadia searches ancestors for
+// Bounds on matching selectors (of colour and hiding rules): cascadia searches ancestors for
 // each descendant combinator and siblings for each ~ (so a hostile page
 // could make one match take depth^n steps), and counts siblings for
 // :nth-child().
@@ -1054,18 +1260,19 @@ const (
 	maxColorWork  = 1 << 26 // worst-case steps of all exact matches of a page
 )
 
-// colorBudget is what one HTML call may spend on matching colour
-// selectors exactly, by their worst case; past it they are matched by
-// their key compound. It is deterministic: the same page gives the same
+// colorBudget is what one HTML call may spend on matching the selectors
+// of colour and hiding rules exactly, by their worst case; past it they
+// are matched by their key compound (colours count as uncertain, hiding
+// rules hide). It is deterministic: the same page gives the same
 // output whatever the machine's load.
 type colorBudget struct {
 	spent    int64
 	siblings map[*html.Node]int64 // element children, by parent
 }
 
-// afford reports whether r may be matched exactly at e, and charges its
-// worst case.
-func (b *colorBudget) afford(r *colorRule, e *elemInfo) bool {
+// afford reports whether a selector of shape r may be matched exactly at
+// e, and charges its worst case.
+func (b *colorBudget) afford(r *shape, e *elemInfo) bool {
 	if b == nil {
 		return false
 	}
@@ -1119,11 +1326,11 @@ func (b *colorBudget) siblingsOf(n *html.Node) int64 {
 // list, how many descendant and general-sibling combinators one match
 // may have to search through (those in :not() add to those around it),
 // and whether the selector counts siblings (:nth-child() and the like).
-func selectorShape(sel string) (desc, sibs uint8, nth bool) {
+func selectorShape(sel string) shape {
 	low := strings.ToLower(sel)
-	nth = strings.Contains(low, "nth-") || strings.Contains(low, "-child") || strings.Contains(low, "-of-type")
+	nth := strings.Contains(low, "nth-") || strings.Contains(low, "-child") || strings.Contains(low, "-of-type")
 	d, g := listShape(sel, 0)
-	return uint8(min(d, 255)), uint8(min(g, 255)), nth
+	return shape{desc: uint8(min(d, 255)), sibs: uint8(min(g, 255)), nth: nth}
 }
 
 // listShape is selectorShape's count for a selector list: the most of its

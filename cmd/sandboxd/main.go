@@ -278,12 +278,24 @@ func serveWith(cfg *serveConfig, log *slog.Logger, console io.Writer) error {
 	if err := os.MkdirAll(dataDir, 0o700); err != nil {
 		return fmt.Errorf("creating the data dir: %w", err)
 	}
-	ctl, closeStore, err := openControl(&cfg.ctl, dataDir, cfg.queue, log)
+	fleetKey, err := cfg.ctl.fleetKey()
 	if err != nil {
 		return err
 	}
-	defer closeStore()
-	auditLog, err := audit.Open(dataDir)
+	state, err := openControl(&cfg.ctl, dataDir, cfg.addr, cfg.queue, log)
+	if err != nil {
+		return err
+	}
+	defer state.close()
+	ctl := state.ctl
+	var auditLog audit.Log
+	if state.pg != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		auditLog, err = audit.OpenPostgres(ctx, state.pg.Pool(), cfg.ctl.replica)
+		cancel()
+	} else {
+		auditLog, err = audit.Open(dataDir)
+	}
 	if err != nil {
 		return fmt.Errorf("opening the audit log: %w", err)
 	}
@@ -385,6 +397,7 @@ func serveWith(cfg *serveConfig, log *slog.Logger, console io.Writer) error {
 		Fetcher:         &browse.Fetcher{Checker: fetchChecker, Log: log, UserAgent: "sandboxd/" + version},
 		Audit:           auditLog,
 		Captures:        captures,
+		FleetKey:        fleetKey,
 	})
 	if err != nil {
 		return err

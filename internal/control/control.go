@@ -59,6 +59,12 @@ type Config struct {
 	// refused with 429 BUSY at once when the slots and the queue are full.
 	// 0: not checked (the async exec then fails later with BUSY).
 	Queue int
+	// Replica names this replica (the X-Sandboxd-Replica header, audit
+	// records); Addr is the base URL other replicas reach its API at
+	// (session forwarding). A Store that is store.Shared makes the plane
+	// a fleet member (fleet.go).
+	Replica string
+	Addr    string
 }
 
 // Plane is the control plane's state.
@@ -75,6 +81,9 @@ type Plane struct {
 
 	stopJanitor context.CancelFunc
 	janitorDone chan struct{}
+
+	// fleet is set when the store is shared by several replicas.
+	fleet *fleet
 }
 
 // New starts the control plane: it reads the kill switch from the store
@@ -122,6 +131,9 @@ func New(cfg Config) (*Plane, error) {
 	})
 	jctx, stop := context.WithCancel(context.Background())
 	p.stopJanitor, p.janitorDone = stop, make(chan struct{})
+	if sh, ok := cfg.Store.(store.Shared); ok {
+		p.joinFleet(jctx, sh)
+	}
 	go p.janitor(jctx)
 	return p, nil
 }
@@ -134,10 +146,14 @@ func NewOwnerID() string {
 	return "p_" + hex.EncodeToString(b[:])
 }
 
-// Close stops the janitor. The store and the log are the caller's.
+// Close stops the janitor (and leaves the fleet). The store and the log
+// are the caller's.
 func (p *Plane) Close() {
 	p.stopJanitor()
 	<-p.janitorDone
+	if p.fleet != nil {
+		<-p.fleet.done
+	}
 }
 
 // Store returns the control-plane store.

@@ -53,7 +53,9 @@ func (p *Plane) Idempotent(ctx context.Context, ic *IdemCall, run func() *Answer
 				return ErrAnswer(Unavailable("the request ended before its Idempotency-Key was checked"))
 			}
 			ic.Log.Error("idempotency store failed", "err", err)
-			return ErrAnswer(Unavailable("the idempotency store failed, so the request was not run; retry later with the same Idempotency-Key"))
+			e := Unavailable("the idempotency store failed, so the request was not run; retry after the Retry-After seconds with the same Idempotency-Key")
+			e.RetryAfter = stateRetryAfter
+			return ErrAnswer(e)
 		}
 		if claimed {
 			a := run()
@@ -105,9 +107,35 @@ func (p *Plane) finishClaim(ic *IdemCall, a *Answer) {
 		return
 	}
 	if err := p.cfg.Store.CompleteIdempotency(ctx, ic.Tenant, ic.Key, a.Status, a.Body); err != nil {
-		ic.Log.Error("storing an idempotent answer failed; retries get 409 IN_PROGRESS until a restart, then INTERRUPTED", "err", err)
+		// The store may be back soon (a database restarting): keep trying
+		// in the background, so that retries get the answer rather than
+		// IN_PROGRESS.
+		ic.Log.Error("storing an idempotent answer failed; trying again in the background (retries get 409 IN_PROGRESS meanwhile)", "err", err)
+		go p.completeLater(ic, a)
 	}
 }
+
+// completeLater stores a keyed call's answer, retrying for a while.
+func (p *Plane) completeLater(ic *IdemCall, a *Answer) {
+	wait := 500 * time.Millisecond
+	deadline := time.Now().Add(completeRetryFor)
+	for time.Now().Before(deadline) {
+		time.Sleep(wait)
+		wait = min(wait*2, 10*time.Second)
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		err := p.cfg.Store.CompleteIdempotency(ctx, ic.Tenant, ic.Key, a.Status, a.Body)
+		cancel()
+		if err == nil {
+			ic.Log.Info("stored the idempotent answer on a later try")
+			p.idemNotify()
+			return
+		}
+	}
+	ic.Log.Error("gave up storing an idempotent answer; retries get 409 IN_PROGRESS until the key expires or this process stops (then INTERRUPTED)")
+}
+
+// completeRetryFor bounds completeLater.
+const completeRetryFor = 5 * time.Minute
 
 // replay is the stored answer, marked replayed.
 func (p *Plane) replay(ic *IdemCall, rec *store.IdemRecord) *Answer {

@@ -20,11 +20,17 @@ func (p *Plane) Append(r *audit.Record) error {
 	return p.cfg.Audit.Append(ctx, r)
 }
 
-// Recorded writes r durably and returns a; on failure a is replaced by a
-// 503 that says the action (what) happened and its result is withheld
-// (kept for an Idempotency-Key, so a retry does not act twice).
+// Recorded writes r durably and returns a; on failure a result is
+// replaced by a 503 that says the action (what) happened and its result is
+// withheld (kept for an Idempotency-Key, so a retry does not act twice).
+// An error answer (a refusal, a failure) carries no result to withhold:
+// it goes out as it is, its missing record logged.
 func (p *Plane) Recorded(r *audit.Record, a *Answer, what string) *Answer {
 	if err := p.Append(r); err != nil {
+		if a.Err != nil {
+			p.cfg.Log.Error("writing the audit record of an error answer failed; the error is answered without its record", "kind", r.Kind, "subject", r.Subject, "code", a.Err.Code, "err", err)
+			return a
+		}
 		p.cfg.Log.Error("writing an audit record failed; the answer is withheld", "kind", r.Kind, "subject", r.Subject, "err", err)
 		e := ErrAnswer(auditUnavailable(what))
 		e.Keep = a.Keep

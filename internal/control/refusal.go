@@ -1,6 +1,7 @@
 package control
 
 import (
+	"context"
 	"fmt"
 	"net/http"
 	"time"
@@ -42,7 +43,8 @@ func (p *Plane) GateBusy() *api.Error {
 
 // StoreFailed is the 503 of a usage store that failed a budget check.
 func StoreFailed() *api.Error {
-	return &api.Error{Status: http.StatusServiceUnavailable, Code: api.CodeUnavailable, Message: "the usage store failed; retry later"}
+	return &api.Error{Status: http.StatusServiceUnavailable, Code: api.CodeUnavailable, RetryAfter: stateRetryAfter,
+		Message: "the usage store failed, so nothing ran; retry after the Retry-After seconds"}
 }
 
 // Internal is the 500 of a bug; the request id finds it in the log.
@@ -53,4 +55,30 @@ func Internal() *api.Error {
 // Unavailable is a 503 UNAVAILABLE with msg.
 func Unavailable(msg string) *api.Error {
 	return &api.Error{Status: http.StatusServiceUnavailable, Code: api.CodeUnavailable, Message: msg}
+}
+
+// stateRetryAfter is the Retry-After of a 503 for state that could not be
+// read or written: long enough for a database to fail over or restart.
+const stateRetryAfter = 2
+
+// StateUnavailable is the 503 of a request that needs state the store
+// could not give (in a fleet, the shared PostgreSQL stopped answering):
+// nothing ran, and a retry after Retry-After seconds may succeed.
+func StateUnavailable(what string, err error) *api.Error {
+	return &api.Error{Status: http.StatusServiceUnavailable, Code: api.CodeUnavailable, RetryAfter: stateRetryAfter,
+		Message: fmt.Sprintf("sandboxd could not %s: its state store did not answer (%v); nothing ran: retry after the Retry-After seconds", what, err)}
+}
+
+// AllowRequest takes one of tenant's request tokens of kind: nil, the 429
+// RATE_LIMITED refusal, or a 503 when the state store did not answer.
+func (p *Plane) AllowRequest(ctx context.Context, tenant, kind string) *api.Error {
+	r, err := p.cfg.Limits.AllowRequest(ctx, tenant, kind)
+	if err != nil {
+		p.cfg.Log.Error("rate limit check failed", "tenant", tenant, "err", err)
+		return p.Refusal(StateUnavailable("check the tenant's request rate", err))
+	}
+	if r != nil {
+		return p.BudgetError(r)
+	}
+	return nil
 }

@@ -67,7 +67,12 @@ func (f *Flow) admitAndRun(ctx context.Context, j *Job) *control.Answer {
 	tenant := j.Key.Tenant
 	lim := p.Limits().Limits(tenant)
 	if j.Session != "" && j.Call != "" {
-		if refuse, n := p.Guard().Check(tenant+"\x00"+j.Session, j.Call, lim.LoopRepeats); refuse {
+		refuse, n, err := p.Guard().Check(ctx, tenant+"\x00"+j.Session, j.Call, lim.LoopRepeats)
+		if err != nil {
+			j.Log.Error("loop guard check failed", "err", err)
+			return control.ErrAnswer(control.StoreFailed())
+		}
+		if refuse {
 			return control.ErrAnswer(p.Refusal(&api.Error{Status: http.StatusConflict, Code: api.CodeLoopDetected,
 				Message: fmt.Sprintf("session %s sent this same code with the same inputs %d times in a row and got the same result each time; running it again will not change the outcome. Change the code or its inputs, or take a different approach", j.Session, n)}))
 		}
@@ -200,7 +205,9 @@ func (f *Flow) run(live *Live, j *Job) *control.Answer {
 	m.RunSeconds.WithLabelValues(profile).Observe(res.Duration.Seconds())
 	m.StartSeconds.WithLabelValues(profile).Observe(max(0, (wall - res.Duration).Seconds()))
 	if j.Session != "" && j.Call != "" {
-		f.plane.Guard().Record(j.Key.Tenant+"\x00"+j.Session, j.Call, outcome(res))
+		if err := f.plane.Guard().Record(live.ctx, j.Key.Tenant+"\x00"+j.Session, j.Call, outcome(res)); err != nil {
+			log.Error("recording the call for the loop guard failed", "err", err)
+		}
 	}
 	if res.Status == runner.StatusTimeout && j.ticket.LoweredBy != "" {
 		res.Message += fmt.Sprintf(" (the limit was lowered from %d ms to what the %s budget had left)", j.OrigTimeout, j.ticket.LoweredBy)

@@ -166,6 +166,17 @@ func (f *Flow) check(req *api.FetchRequest, key *auth.Key) (*egress.Profile, err
 			return nil, api.Validation("selector", "selector %q is not a valid CSS selector: %v", req.Selector, err)
 		}
 	}
+	switch req.Content {
+	case "", api.ContentFull:
+		// The default; left empty so that it fingerprints as omitted.
+		req.Content = ""
+	case api.ContentMain:
+		if req.Selector != "" {
+			return nil, api.Validation("content", "content \"main\" cannot be combined with selector: the selector already chooses what is returned; drop one of them")
+		}
+	default:
+		return nil, api.Validation("content", "content %q is not known; use full (the whole page) or main (only its main content)", req.Content)
+	}
 	set := f.cfg.Profiles.Load()
 	name := req.Profile
 	if name == "" {
@@ -217,7 +228,13 @@ func (f *Flow) fetchOnce(ctx context.Context, j *fetchJob) (o fetchOutcome) {
 	lim := f.plane.Limits().Limits(tenant)
 	guardKey := tenant + "\x00" + j.session
 	if j.session != "" {
-		if refuse, n := f.plane.Guard().Check(guardKey, j.call, lim.LoopRepeats); refuse {
+		refuse, n, err := f.plane.Guard().Check(ctx, guardKey, j.call, lim.LoopRepeats)
+		if err != nil {
+			j.log.Error("loop guard check failed", "err", err)
+			o.a = control.ErrAnswer(control.StoreFailed())
+			return o
+		}
+		if refuse {
 			o.a = control.ErrAnswer(f.plane.Refusal(&api.Error{Status: http.StatusConflict, Code: api.CodeLoopDetected,
 				Message: fmt.Sprintf("session %s fetched this same URL the same way %d times in a row and got the same page each time; fetching it again will not change it. Use what you have, or fetch a different page", j.session, n)}))
 			return o
@@ -304,7 +321,9 @@ func (f *Flow) fetchOnce(ctx context.Context, j *fetchJob) (o fetchOutcome) {
 	}
 	if j.session != "" {
 		h := sha256.Sum256([]byte(fmt.Sprintf("%d|%s|%s", resp.Status, resp.FinalURL, capt)))
-		f.plane.Guard().Record(guardKey, j.call, hex.EncodeToString(h[:]))
+		if err := f.plane.Guard().Record(context.WithoutCancel(ctx), guardKey, j.call, hex.EncodeToString(h[:])); err != nil {
+			j.log.Error("recording the fetch for the loop guard failed", "err", err)
+		}
 	}
 	j.log.Info("fetch done", "status", resp.Status, "hops", len(res.Hops), "bytes_received", res.BytesReceived,
 		"content_type", res.MediaType, "truncated", resp.Truncated, "capture_id", resp.CaptureID, "redactions", redact.Counts(resp.Redactions).Total())
@@ -318,19 +337,39 @@ func (f *Flow) fetchOnce(ctx context.Context, j *fetchJob) (o fetchOutcome) {
 // loop guard.
 func (f *Flow) fetchResponse(j *fetchJob, res *browse.Result) (*api.FetchResponse, string, error) {
 	var text, title string
-	truncated := res.Truncated
+	var warnings []api.FetchWarning
+	if res.Truncated {
+		warnings = append(warnings, api.FetchWarning{Code: api.WarnTruncated, Message: truncationMessage(j, res)})
+	}
+	truncated, outputCut := res.Truncated, false
+	mode, omitted := api.ContentFull, 0
 	switch res.Kind {
 	case browse.KindHTML:
 		base, _ := url.Parse(res.FinalURL)
-		page, err := safetext.HTML(bytes.NewReader(res.Body), safetext.Options{Format: j.req.Format, Links: j.req.Links, Selector: j.req.Selector, BaseURL: base, MaxOutput: fetchMaxOutput})
+		page, err := safetext.HTML(bytes.NewReader(res.Body), safetext.Options{Format: j.req.Format, Links: j.req.Links, Selector: j.req.Selector,
+			Content: j.req.Content, BaseURL: base, MaxOutput: fetchMaxOutput})
 		if err != nil {
 			return nil, "", api.Validation("selector", "%v", err)
 		}
-		text, title, truncated = page.Text, page.Title, truncated || page.Truncated
+		text, title, outputCut = page.Text, page.Title, page.Truncated
+		mode, omitted = page.Content, page.OmittedWords
+		for _, w := range page.Warnings {
+			warnings = append(warnings, api.FetchWarning{Code: w.Code, Message: w.Message})
+		}
 	default:
-		var cut bool
-		text, cut = safetext.Text(string(res.Body), fetchMaxOutput)
-		truncated = truncated || cut
+		text, outputCut = safetext.Text(string(res.Body), fetchMaxOutput)
+		if j.req.Content == api.ContentMain {
+			warnings = append(warnings, api.FetchWarning{Code: api.WarnMainFallback,
+				Message: "content \"main\" applies to HTML pages; this page is not HTML and is returned whole"})
+		}
+	}
+	if outputCut {
+		truncated = true
+		warnings = append(warnings, api.FetchWarning{Code: api.WarnOutputCut,
+			Message: fmt.Sprintf("the text was cut at the output cap of %d bytes", fetchMaxOutput)})
+	}
+	if warnings == nil {
+		warnings = []api.FetchWarning{}
 	}
 	rd := f.redactor(j.profile)
 	counts := redact.Counts{}
@@ -353,6 +392,7 @@ func (f *Flow) fetchResponse(j *fetchJob, res *browse.Result) (*api.FetchRespons
 
 	resp := &api.FetchResponse{ID: j.id, URL: red(j.req.URL), FinalURL: finalURL, Redirects: redirects, Status: res.Status,
 		ContentType: res.ContentType, Title: title, Content: wrapped, Nonce: nonce, Untrusted: true, Truncated: truncated,
+		ContentMode: mode, WordsOmitted: omitted, Warnings: warnings,
 		BytesReceived: res.BytesReceived, Redactions: map[string]int(counts), Profile: api.ProfileRef{Name: j.profile.Name, Version: j.profile.Version}}
 	if resp.Redactions == nil {
 		resp.Redactions = map[string]int{}
@@ -366,7 +406,7 @@ func (f *Flow) fetchResponse(j *fetchJob, res *browse.Result) (*api.FetchRespons
 			"fetch_id": j.id, "url": j.req.URL, "final_url": res.FinalURL, "status": fmt.Sprint(res.Status),
 			"content_type": res.ContentType, "charset": res.Charset, "egress_profile": j.profile.Name,
 			"egress_profile_version": j.profile.Version, "session": j.session, "hops": hopSummary(res.Hops),
-			"content_sha256": hex.EncodeToString(sum[:]),
+			"content_sha256": hex.EncodeToString(sum[:]), "content_mode": mode,
 		},
 		Parts: []capture.Part{
 			{Name: "raw", ContentType: "application/octet-stream", Data: res.Raw},
@@ -378,6 +418,18 @@ func (f *Flow) fetchResponse(j *fetchJob, res *browse.Result) (*api.FetchRespons
 	}
 	resp.CaptureID = capt.ID
 	return resp, hex.EncodeToString(sum[:]), nil
+}
+
+// truncationMessage says which cap cut a fetched body.
+func truncationMessage(j *fetchJob, res *browse.Result) string {
+	which := "the remaining fetched-bytes budget"
+	switch {
+	case res.Cap == j.profile.MaxResponseBytes:
+		which = "the egress profile's cap (max_response_bytes)"
+	case res.Cap == j.req.MaxBytes:
+		which = "max_bytes"
+	}
+	return fmt.Sprintf("the page is longer than %d bytes, %s: content is its first part", res.Cap, which)
 }
 
 // hopSummary lists each hop's URL, verdict, address and status for the

@@ -199,11 +199,34 @@ func TestToolsEndpoint(t *testing.T) {
 	if strings.Contains(string(oa.Tools[0].Function.Parameters), "$schema") || !strings.Contains(string(oa.Tools[0].Function.Parameters), `"required":["language","code"]`) {
 		t.Errorf("openai parameters: %s", oa.Tools[0].Function.Parameters)
 	}
+	// The Responses shape: the function's fields beside type, and strict
+	// sent as false (absent, the Responses API applies strict mode).
+	code, raw = get("/tools?format=openai-responses")
+	var resp struct {
+		Tools []map[string]json.RawMessage `json:"tools"`
+	}
+	if code != 200 || json.Unmarshal(raw, &resp) != nil || len(resp.Tools) != 2 {
+		t.Fatalf("openai-responses: %d %s", code, raw)
+	}
+	for i, tool := range resp.Tools {
+		var name, desc string
+		_ = json.Unmarshal(tool["name"], &name)
+		_ = json.Unmarshal(tool["description"], &desc)
+		if string(tool["type"]) != `"function"` || string(tool["strict"]) != "false" || tool["function"] != nil || len(tool) != 5 {
+			t.Errorf("openai-responses tool %d: %s", i, raw)
+		}
+		if name != generic.Tools[i].Name || desc != generic.Tools[i].Description {
+			t.Errorf("openai-responses tool %d is %q, not GET /tools' %q or another description", i, name, generic.Tools[i].Name)
+		}
+		if string(tool["parameters"]) != string(oa.Tools[i].Function.Parameters) {
+			t.Errorf("openai-responses tool %s: parameters differ from the Chat Completions shape's:\n%s", name, tool["parameters"])
+		}
+	}
 	code, raw = get("/tools?format=mcp")
 	if code != 200 || !strings.Contains(string(raw), `"inputSchema"`) {
 		t.Fatalf("mcp: %d %s", code, raw)
 	}
-	if code, raw = get("/tools?format=yaml"); code != 400 || !strings.Contains(string(raw), "openai") {
+	if code, raw = get("/tools?format=yaml"); code != 400 || !strings.Contains(string(raw), "openai-responses") {
 		t.Fatalf("unknown format: %d %s", code, raw)
 	}
 	if code, raw = get("/tools?fmt=openai"); code != 400 || !strings.Contains(string(raw), `"field":"fmt"`) {

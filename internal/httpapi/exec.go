@@ -23,8 +23,8 @@ type toolCall struct {
 // headers and decodes the body into req.
 func (s *Server) startCall(c echo.Context, kind string, req any) (*toolCall, error) {
 	tc := &toolCall{r: reqOf(c)}
-	if r := s.plane.Limits().AllowRequest(tc.r.key.Tenant, kind); r != nil {
-		return nil, s.plane.BudgetError(r)
+	if e := s.plane.AllowRequest(c.Request().Context(), tc.r.key.Tenant, kind); e != nil {
+		return nil, e
 	}
 	var err error
 	if tc.session, err = sessionID(c); err != nil {

@@ -73,9 +73,16 @@ func (s *Server) requestID(next echo.HandlerFunc) echo.HandlerFunc {
 		r := &request{id: id, log: s.log.With("request_id", id)}
 		c.SetRequest(c.Request().WithContext(context.WithValue(c.Request().Context(), requestKey{}, r)))
 		c.Response().Header().Set(echo.HeaderXRequestID, id)
+		if rep := s.plane.Replica(); rep != "" {
+			c.Response().Header().Set(HeaderReplica, rep)
+		}
 		return next(c)
 	}
 }
+
+// HeaderReplica names the replica that answered (every answer, when the
+// replica has a name).
+const HeaderReplica = "X-Sandboxd-Replica"
 
 // traceparent is the W3C Trace Context header: version-traceid-parentid-flags.
 var traceparentPattern = regexp.MustCompile(`^([0-9a-f]{2})-([0-9a-f]{32})-([0-9a-f]{16})-([0-9a-f]{2})(-.*)?$`)

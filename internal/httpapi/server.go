@@ -84,6 +84,9 @@ type Config struct {
 	Fetcher *browse.Fetcher
 	// Captures stores the captures of execs, fetches and transfers.
 	Captures capture.Store
+	// FleetKey signs and checks session requests replicas forward to each
+	// other (forward.go); empty on a single host.
+	FleetKey []byte
 	// Audit is the audit log every exec, fetch and admin action is
 	// appended to before its answer.
 	Audit audit.Log
@@ -106,6 +109,9 @@ type Control struct {
 	IdempotencyWait time.Duration
 	AsyncTTL        time.Duration
 	Queue           int
+	// Replica and Addr name this replica in a fleet: see control.Config.
+	Replica string
+	Addr    string
 }
 
 // Server serves the HTTP API: it decodes, authorises, calls the flows and
@@ -117,6 +123,8 @@ type Server struct {
 
 	plane     *control.Plane
 	flow      *execflow.Flow
+	// fleetTransport forwards session requests to their replica.
+	fleetTransport *http.Transport
 	fetches   *fetchflow.Flow
 	sessions  *sessions.Manager
 	approvals *approval.Service
@@ -152,7 +160,7 @@ func New(cfg Config) (*Server, error) {
 		cfg.Log = slog.New(slog.DiscardHandler)
 	}
 	s := &Server{cfg: cfg, log: cfg.Log, captures: cfg.Captures, audit: cfg.Audit, profilesP: cfg.CurrentProfiles,
-		open: &openRequests{limit: max(cfg.MaxOpenRequests, 0), open: map[string]int{}}}
+		open: &openRequests{limit: max(cfg.MaxOpenRequests, 0), open: map[string]int{}}, fleetTransport: newFleetTransport()}
 	if s.profilesP == nil {
 		s.profilesP = &atomic.Pointer[profiles.Set]{}
 		s.profilesP.Store(cfg.Profiles)
@@ -160,7 +168,8 @@ func New(cfg Config) (*Server, error) {
 	ctl := cfg.Control
 	var err error
 	s.plane, err = control.New(control.Config{Store: ctl.Store, Owner: ctl.Owner, Limits: ctl.Limits, Metrics: ctl.Metrics, Gate: cfg.Gate, Audit: cfg.Audit,
-		Log: cfg.Log, IdempotencyTTL: ctl.IdempotencyTTL, IdempotencyWait: ctl.IdempotencyWait, AsyncTTL: ctl.AsyncTTL, Queue: ctl.Queue})
+		Log: cfg.Log, IdempotencyTTL: ctl.IdempotencyTTL, IdempotencyWait: ctl.IdempotencyWait, AsyncTTL: ctl.AsyncTTL, Queue: ctl.Queue,
+		Replica: ctl.Replica, Addr: ctl.Addr})
 	if err != nil {
 		return nil, err
 	}
@@ -390,6 +399,9 @@ func (s *Server) readyz(c echo.Context) error {
 		}
 	}
 	add("data_dir", checkWritable(s.cfg.DataDir))
+	if s.plane.Shared() != nil {
+		add("state", s.plane.StateError())
+	}
 	status, code := "ready", http.StatusOK
 	for _, ch := range checks {
 		if !ch.OK && !ch.Optional {

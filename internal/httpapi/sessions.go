@@ -21,11 +21,12 @@ const sessionCreateBody = 64 << 10
 func (s *Server) sessionRoutes(e *echo.Echo) {
 	agent := s.authenticate(auth.RoleAgent)
 	e.POST("/sessions", s.createSession, agent)
-	e.GET("/sessions/:id", s.getSession, agent)
-	e.DELETE("/sessions/:id", s.deleteSession, agent)
-	e.POST("/sessions/:id/exec", s.sessionExec, agent)
-	e.POST("/sessions/:id/files", s.sessionPutFiles, agent)
-	e.GET("/sessions/:id/files/:path", s.sessionGetFile, agent)
+	// A session's own routes go to the replica it lives on (forward.go).
+	e.GET("/sessions/:id", s.getSession, agent, s.sessionHome)
+	e.DELETE("/sessions/:id", s.deleteSession, agent, s.sessionHome)
+	e.POST("/sessions/:id/exec", s.sessionExec, agent, s.sessionHome)
+	e.POST("/sessions/:id/files", s.sessionPutFiles, agent, s.sessionHome)
+	e.GET("/sessions/:id/files/:path", s.sessionGetFile, agent, s.sessionHome)
 }
 
 func (s *Server) createSession(c echo.Context) error {
@@ -78,8 +79,8 @@ func (s *Server) deleteSession(c echo.Context) error {
 // sessionExec serves POST /sessions/{id}/exec.
 func (s *Server) sessionExec(c echo.Context) error {
 	r := reqOf(c)
-	if rf := s.plane.Limits().AllowRequest(r.key.Tenant, budget.KindExec); rf != nil {
-		return s.plane.BudgetError(rf)
+	if e := s.plane.AllowRequest(c.Request().Context(), r.key.Tenant, budget.KindExec); e != nil {
+		return e
 	}
 	ls, err := s.lookupSession(c)
 	if err != nil {

@@ -65,14 +65,36 @@ func (m *Manager) Create(ctx context.Context, st *Start) (*Session, error) {
 	if m.cfg.Engine == nil {
 		return nil, control.Unavailable("this sandboxd's engine does not run sessions")
 	}
-	// The tenant's cap, with this session reserved until it started or failed.
+	// The tenant's cap, with this session reserved until it started or
+	// failed; in a fleet, the tenant's live sessions on every replica
+	// count (those this one is starting are not in the directory yet).
+	fleetOpen := -1
+	if sh := m.plane.Shared(); sh != nil {
+		n, err := sh.OpenSessions(ctx, key.Tenant)
+		if err != nil {
+			return nil, m.plane.Refusal(control.StateUnavailable("count the tenant's open sessions", err))
+		}
+		fleetOpen = n
+	}
 	m.mu.Lock()
-	if r := m.plane.Limits().AdmitSession(key.Tenant, m.open[key.Tenant]); r != nil {
+	open := m.open[key.Tenant]
+	if fleetOpen >= 0 {
+		open = fleetOpen + m.starting[key.Tenant]
+	}
+	if r := m.plane.Limits().AdmitSession(key.Tenant, open); r != nil {
 		m.mu.Unlock()
 		return nil, m.plane.BudgetError(r)
 	}
 	m.open[key.Tenant]++
+	m.starting[key.Tenant]++
 	m.mu.Unlock()
+	defer func() {
+		m.mu.Lock()
+		if m.starting[key.Tenant]--; m.starting[key.Tenant] <= 0 {
+			delete(m.starting, key.Tenant)
+		}
+		m.mu.Unlock()
+	}()
 	started := false
 	defer func() {
 		if !started {
@@ -122,6 +144,11 @@ func (m *Manager) Create(ctx context.Context, st *Start) (*Session, error) {
 		return nil, control.Unavailable("sandboxd is shutting down")
 	}
 	started = true
+	if e := m.publish(ctx, ls); e != nil {
+		log.Error("writing the session to the fleet's directory failed", "err", e)
+		m.End(ls, "it could not be entered in the fleet's session directory")
+		return nil, m.plane.Refusal(control.StateUnavailable("enter the session in the fleet's directory", e))
+	}
 	log.Info("session started", "sandbox_id", ls.sandbox, "start_ms", time.Since(begin).Milliseconds(), "idle_timeout_s", int64(idle/time.Second), "max_lifetime_s", int64(life/time.Second))
 	who := st.Who
 	who.Session = ls.auditSession()

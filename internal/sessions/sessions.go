@@ -29,6 +29,7 @@ import (
 	"github.com/sandboxd/sandboxd/internal/forensics/audit"
 	"github.com/sandboxd/sandboxd/internal/forensics/capture"
 	"github.com/sandboxd/sandboxd/internal/jobproto"
+	"github.com/sandboxd/sandboxd/internal/store"
 	"github.com/sandboxd/sandboxd/profiles"
 	"github.com/sandboxd/sandboxd/runner"
 )
@@ -112,6 +113,9 @@ type Manager struct {
 	mu   sync.Mutex
 	byID map[string]*Session
 	open map[string]int // open sessions by tenant, reservations included
+	// starting are the sessions by tenant being started (in open, not yet
+	// in a fleet's directory).
+	starting map[string]int
 
 	stop chan struct{}
 	done chan struct{}
@@ -125,7 +129,7 @@ func New(cfg Config) (*Manager, error) {
 	if cfg.Log == nil {
 		cfg.Log = slog.New(slog.DiscardHandler)
 	}
-	m := &Manager{cfg: cfg, plane: cfg.Flow.Plane(), log: cfg.Log, byID: map[string]*Session{}, open: map[string]int{},
+	m := &Manager{cfg: cfg, plane: cfg.Flow.Plane(), log: cfg.Log, byID: map[string]*Session{}, open: map[string]int{}, starting: map[string]int{},
 		stop: make(chan struct{}), done: make(chan struct{})}
 	m.plane.Metrics().Gauge("sandboxd_sessions_open", "Sessions open or starting.", func() float64 {
 		m.mu.Lock()
@@ -275,11 +279,35 @@ func (m *Manager) End(ls *Session, reason string) {
 		ls.usage.CPUMS += extra
 		ls.mu.Unlock()
 	}
+	if sh := m.plane.Shared(); sh != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		err := sh.PutSession(ctx, m.entry(ls, store.SessionEnded, reason))
+		cancel()
+		if err != nil {
+			m.log.Error("marking the session ended in the fleet's directory failed; it ends there when this replica stops", "session_id", ls.id, "err", err)
+		}
+	}
 	m.log.Info("session ended", "session_id", ls.id, "tenant", ls.tenant, "key_id", ls.keyID, "sandbox_id", ls.sandbox, "reason", reason, "cpu_after_calls_ms", extra)
 	ar := audit.SessionEnd(ls.tenant, ls.keyID, ls.auditSession(), ls.id, reason, audit.ProfileRef{Name: ls.profile.Name, Version: ls.profile.Version}, ls.sandbox)
 	if err := m.plane.Append(ar); err != nil {
 		m.log.Error("writing the session end's audit record failed", "session_id", ls.id, "err", err)
 	}
+}
+
+// publish enters a started session in a fleet's directory, so that the
+// other replicas forward its calls here (nil on a single host).
+func (m *Manager) publish(ctx context.Context, ls *Session) error {
+	sh := m.plane.Shared()
+	if sh == nil {
+		return nil
+	}
+	return sh.PutSession(context.WithoutCancel(ctx), m.entry(ls, store.SessionLive, ""))
+}
+
+// entry is ls's directory entry in state.
+func (m *Manager) entry(ls *Session, state, reason string) *store.SessionEntry {
+	return &store.SessionEntry{ID: ls.id, Tenant: ls.tenant, KeyID: ls.keyID, Owner: m.plane.Owner(), Replica: m.plane.Replica(),
+		Addr: m.plane.Addr(), State: state, EndReason: reason, CreatedAt: ls.created}
 }
 
 // release gives back one of tenant's open sessions.

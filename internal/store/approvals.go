@@ -155,11 +155,8 @@ func (s *SQLite) ListApprovals(ctx context.Context, f ApprovalFilter, now time.T
 
 // DecideApproval implements Store.
 func (s *SQLite) DecideApproval(ctx context.Context, id string, d ApprovalDecision, now time.Time) (*Approval, *Approval, error) {
-	switch {
-	case d.State != ApprovalApproved && d.State != ApprovalRejected:
-		return nil, nil, fmt.Errorf("store: a decision is approved or rejected, not %q", d.State)
-	case d.State == ApprovalApproved && !d.ExpiresAt.After(now):
-		return nil, nil, errors.New("store: an approval must expire after now")
+	if err := checkDecision(d, now); err != nil {
+		return nil, nil, err
 	}
 	tx, err := s.db.BeginTx(ctx, nil)
 	if err != nil {
@@ -173,6 +170,31 @@ func (s *SQLite) DecideApproval(ctx context.Context, id string, d ApprovalDecisi
 	if before.Status(now) == ApprovalExpired {
 		return before, nil, fmt.Errorf("approval %s expired at %s: %w", id, before.ExpiresAt.Format(time.RFC3339), ErrApprovalExpired)
 	}
+	after := decided(before, d, now)
+	if _, err := tx.ExecContext(ctx, `UPDATE approvals SET state = ?, decided_by = ?, decided_tenant = ?, decided_at = ?, reason = ?, expires_at = ? WHERE id = ?`,
+		after.State, after.DecidedBy, after.DecidedTenant, ms(after.DecidedAt), after.Reason, optMS(after.ExpiresAt), id); err != nil {
+		return nil, nil, err
+	}
+	if err := tx.Commit(); err != nil {
+		return nil, nil, err
+	}
+	return before, after, nil
+}
+
+// checkDecision refuses a decision that is neither an approval nor a
+// rejection, or an approval that ends before now.
+func checkDecision(d ApprovalDecision, now time.Time) error {
+	switch {
+	case d.State != ApprovalApproved && d.State != ApprovalRejected:
+		return fmt.Errorf("store: a decision is approved or rejected, not %q", d.State)
+	case d.State == ApprovalApproved && !d.ExpiresAt.After(now):
+		return errors.New("store: an approval must expire after now")
+	}
+	return nil
+}
+
+// decided is before with decision d made at now.
+func decided(before *Approval, d ApprovalDecision, now time.Time) *Approval {
 	after := *before
 	after.State = d.State
 	after.DecidedBy, after.DecidedTenant, after.Reason = d.By, d.ByTenant, d.Reason
@@ -181,12 +203,5 @@ func (s *SQLite) DecideApproval(ctx context.Context, id string, d ApprovalDecisi
 	if d.State == ApprovalApproved {
 		after.ExpiresAt = d.ExpiresAt.UTC().Truncate(time.Millisecond)
 	}
-	if _, err := tx.ExecContext(ctx, `UPDATE approvals SET state = ?, decided_by = ?, decided_tenant = ?, decided_at = ?, reason = ?, expires_at = ? WHERE id = ?`,
-		after.State, after.DecidedBy, after.DecidedTenant, ms(after.DecidedAt), after.Reason, optMS(after.ExpiresAt), id); err != nil {
-		return nil, nil, err
-	}
-	if err := tx.Commit(); err != nil {
-		return nil, nil, err
-	}
-	return before, &after, nil
+	return &after
 }

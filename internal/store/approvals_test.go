@@ -12,10 +12,11 @@ func newApproval(id, profile, host string) *Approval {
 		URL: "https://" + host + "/path", Tenant: "acme", KeyID: "agent-1", Client: "ex_1"}
 }
 
-func TestApprovalLifecycle(t *testing.T) {
+func TestApprovalLifecycle(t *testing.T) { forEachBackend(t, testApprovalLifecycle) }
+
+func testApprovalLifecycle(t *testing.T, b backend) {
 	ctx := context.Background()
-	dir := t.TempDir()
-	s := open(t, dir)
+	s := b.open(t)
 	t0 := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
 
 	if _, err := s.StandingApproval(ctx, "research", "example.com", t0); !errors.Is(err, ErrNotFound) {
@@ -61,7 +62,7 @@ func TestApprovalLifecycle(t *testing.T) {
 
 	// Survives a restart.
 	s.Close()
-	s = open(t, dir)
+	s = b.open(t)
 	defer s.Close()
 	a, err = s.StandingApproval(ctx, "research", "example.com", t0.Add(59*time.Minute))
 	if err != nil || a.ID != "ap_1" || a.Status(t0.Add(59*time.Minute)) != ApprovalApproved || a.Reason != "docs" || a.DecidedTenant != "acme" {
@@ -128,9 +129,11 @@ func TestApprovalLifecycle(t *testing.T) {
 	}
 }
 
-func TestApprovalPurge(t *testing.T) {
+func TestApprovalPurge(t *testing.T) { forEachBackend(t, testApprovalPurge) }
+
+func testApprovalPurge(t *testing.T, b backend) {
 	ctx := context.Background()
-	s := open(t, "")
+	s := b.open(t)
 	defer s.Close()
 	t0 := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
 	for _, id := range []string{"ap_p", "ap_a", "ap_r", "ap_live"} {

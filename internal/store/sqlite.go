@@ -110,13 +110,9 @@ func OpenSQLite(dir string) (*SQLite, error) {
 	s := &SQLite{}
 	path := ""
 	if dir != "" {
-		lf, err := os.OpenFile(filepath.Join(dir, lockName), os.O_RDWR|os.O_CREATE, 0o600)
+		lf, err := LockDataDir(dir)
 		if err != nil {
-			return nil, fmt.Errorf("opening the data dir lock: %w", err)
-		}
-		if err := syscall.Flock(int(lf.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
-			lf.Close()
-			return nil, fmt.Errorf("the data dir %s is in use by another sandboxd process (lock %s held): %w", dir, lockName, err)
+			return nil, err
 		}
 		s.lock = lf
 		path = filepath.Join(dir, fileName)
@@ -136,6 +132,22 @@ func OpenSQLite(dir string) (*SQLite, error) {
 		return nil, fmt.Errorf("opening the store %s: %w", filepath.Join(dir, fileName), err)
 	}
 	return s, nil
+}
+
+// LockDataDir takes the exclusive lock of a data directory that a serving
+// process holds (so that two processes never serve one data directory:
+// one Docker instance id, one set of local files); closing the file
+// releases it.
+func LockDataDir(dir string) (*os.File, error) {
+	lf, err := os.OpenFile(filepath.Join(dir, lockName), os.O_RDWR|os.O_CREATE, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("opening the data dir lock: %w", err)
+	}
+	if err := syscall.Flock(int(lf.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+		lf.Close()
+		return nil, fmt.Errorf("the data dir %s is in use by another sandboxd process (lock %s held): %w", dir, lockName, err)
+	}
+	return lf, nil
 }
 
 func (s *SQLite) migrate() error {

@@ -33,10 +33,11 @@ func TestWALAndLock(t *testing.T) {
 	s2.Close()
 }
 
-func TestIdempotencyLifecycle(t *testing.T) {
+func TestIdempotencyLifecycle(t *testing.T) { forEachBackend(t, testIdempotencyLifecycle) }
+
+func testIdempotencyLifecycle(t *testing.T, b backend) {
 	ctx := context.Background()
-	dir := t.TempDir()
-	s := open(t, dir)
+	s := b.open(t)
 	rec := &IdemRecord{Tenant: "acme", Key: "k1", RequestSHA256: "aa", ExecID: "ex_1", Owner: "p1", ExpiresAt: time.Now().Add(time.Hour)}
 	got, claimed, err := s.ClaimIdempotency(ctx, rec)
 	if err != nil || !claimed || got.State != IdemInFlight {
@@ -59,7 +60,7 @@ func TestIdempotencyLifecycle(t *testing.T) {
 	s.Close()
 
 	// Survives a reopen.
-	s = open(t, dir)
+	s = b.open(t)
 	defer s.Close()
 	got, err = s.GetIdempotency(ctx, "acme", "k1")
 	if err != nil || got.State != IdemDone || got.Status != 200 || string(got.Body) != `{"x":1}` {
@@ -67,9 +68,11 @@ func TestIdempotencyLifecycle(t *testing.T) {
 	}
 }
 
-func TestReleaseRecoverAndExpiry(t *testing.T) {
+func TestReleaseRecoverAndExpiry(t *testing.T) { forEachBackend(t, testReleaseRecoverAndExpiry) }
+
+func testReleaseRecoverAndExpiry(t *testing.T, b backend) {
 	ctx := context.Background()
-	s := open(t, "")
+	s := b.open(t)
 	defer s.Close()
 	exp := time.Now().Add(time.Hour)
 	s.ClaimIdempotency(ctx, &IdemRecord{Tenant: "t", Key: "a", Owner: "dead", ExpiresAt: exp})
@@ -118,9 +121,11 @@ func TestReleaseRecoverAndExpiry(t *testing.T) {
 }
 
 // Many goroutines claim one key: exactly one wins.
-func TestClaimRace(t *testing.T) {
+func TestClaimRace(t *testing.T) { forEachBackend(t, testClaimRace) }
+
+func testClaimRace(t *testing.T, b backend) {
 	ctx := context.Background()
-	s := open(t, t.TempDir())
+	s := b.open(t)
 	defer s.Close()
 	var wg sync.WaitGroup
 	var mu sync.Mutex
@@ -146,9 +151,11 @@ func TestClaimRace(t *testing.T) {
 	}
 }
 
-func TestUsageAndSettings(t *testing.T) {
+func TestUsageAndSettings(t *testing.T) { forEachBackend(t, testUsageAndSettings) }
+
+func testUsageAndSettings(t *testing.T, b backend) {
 	ctx := context.Background()
-	s := open(t, "")
+	s := b.open(t)
 	defer s.Close()
 	d := UsageDelta{Scope: ScopeSession, Tenant: "t", Name: "s1", Usage: Usage{Execs: 1, CPUMillis: 100, WallMillis: 200}}
 	if err := s.AddUsage(ctx, d, d, UsageDelta{Scope: ScopeTenantDay, Tenant: "t", Name: "2026-01-01", Usage: Usage{CPUMillis: 5}}); err != nil {

@@ -93,6 +93,9 @@ type UsageDelta struct {
 type RecoverStats struct {
 	Idempotency int
 	Execs       int
+	// Sessions is how many sessions of dead replicas were marked ended
+	// (a shared store only).
+	Sessions int
 }
 
 // Store is the durable state. Implementations are safe for concurrent use.

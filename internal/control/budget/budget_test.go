@@ -81,26 +81,26 @@ func newLimiter(t *testing.T, st store.Store) (*Limiter, *clock) {
 func TestTokenBucket(t *testing.T) {
 	l, c := newLimiter(t, nil)
 	for i := 0; i < 3; i++ {
-		if r := l.AllowRequest("acme", KindExec); r != nil {
+		if r := allow(l, "acme", KindExec); r != nil {
 			t.Fatalf("request %d of the burst refused: %v", i, r)
 		}
 	}
-	r := l.AllowRequest("acme", KindExec)
+	r := allow(l, "acme", KindExec)
 	if r == nil || r.Code != CodeRateLimited || r.Budget != TenantExecRate || r.Limit != 6 || r.RetryAfter != 10*time.Second {
 		t.Fatalf("4th request: %+v", r)
 	}
 	c.add(10 * time.Second) // 6/min = one token per 10 s
-	if r := l.AllowRequest("acme", KindExec); r != nil {
+	if r := allow(l, "acme", KindExec); r != nil {
 		t.Fatalf("after refill: %v", r)
 	}
-	if r := l.AllowRequest("acme", KindExec); r == nil {
+	if r := allow(l, "acme", KindExec); r == nil {
 		t.Fatal("second request after one refill passed")
 	}
 	// Fetch has no rate for acme; other tenants have their own bucket.
-	if r := l.AllowRequest("acme", KindFetch); r != nil {
+	if r := allow(l, "acme", KindFetch); r != nil {
 		t.Fatal(r)
 	}
-	if r := l.AllowRequest("other", KindExec); r != nil {
+	if r := allow(l, "other", KindExec); r != nil {
 		t.Fatal(r)
 	}
 }
@@ -264,4 +264,13 @@ func TestChargeCPUOutsideAnExec(t *testing.T) {
 	if err != nil || rep.Used.CPUSeconds != 2.1 || rep.Used.Execs != 0 {
 		t.Fatalf("usage %+v %v", rep, err)
 	}
+}
+
+// allow is AllowRequest without a shared store (which cannot fail).
+func allow(l *Limiter, tenant, kind string) *Refusal {
+	r, err := l.AllowRequest(context.Background(), tenant, kind)
+	if err != nil {
+		panic(err)
+	}
+	return r
 }

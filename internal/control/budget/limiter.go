@@ -65,6 +65,13 @@ type Limiter struct {
 	log   *slog.Logger
 	now   func() time.Time
 
+	// shared, when set (Share), keeps the rate buckets, holds and usage
+	// of a fleet in its shared store: exact across replicas, nothing
+	// counted in this process's memory. owner names this process in its
+	// holds.
+	shared store.Shared
+	owner  string
+
 	mu       sync.Mutex
 	buckets  map[string]*bucket
 	tenants  map[string]*tenantState
@@ -121,35 +128,47 @@ func untilMidnight(t time.Time) time.Duration {
 func sessionKey(tenant, session string) string { return tenant + "\x00" + session }
 
 // AllowRequest takes a token from the tenant's bucket for kind, or says
-// when one will be there.
-func (l *Limiter) AllowRequest(tenant, kind string) *Refusal {
+// when one will be there. The error is the shared store's (a fleet).
+func (l *Limiter) AllowRequest(ctx context.Context, tenant, kind string) (*Refusal, error) {
 	lim := l.cfg.For(tenant)
 	rate, name := lim.ExecPerMinute, TenantExecRate
 	if kind == KindFetch {
 		rate, name = lim.FetchPerMinute, TenantFetchRate
 	}
 	if rate <= 0 {
-		return nil
+		return nil, nil
 	}
 	capacity := lim.burst(rate)
 	perSec := rate / 60
 	now := l.now()
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	b := l.buckets[kind+"\x00"+tenant]
-	if b == nil {
-		b = &bucket{tokens: capacity, last: now}
-		l.buckets[kind+"\x00"+tenant] = b
+	var wait time.Duration
+	if l.shared != nil {
+		w, err := l.shared.TakeToken(ctx, kind+"|"+tenant, perSec, capacity, now)
+		if err != nil {
+			return nil, fmt.Errorf("taking a %s token of tenant %s: %w", kind, tenant, err)
+		}
+		wait = w
+	} else {
+		l.mu.Lock()
+		b := l.buckets[kind+"\x00"+tenant]
+		if b == nil {
+			b = &bucket{tokens: capacity, last: now}
+			l.buckets[kind+"\x00"+tenant] = b
+		}
+		b.tokens = math.Min(capacity, b.tokens+now.Sub(b.last).Seconds()*perSec)
+		b.last = now
+		if b.tokens >= 1 {
+			b.tokens--
+		} else {
+			wait = time.Duration((1 - b.tokens) / perSec * float64(time.Second))
+		}
+		l.mu.Unlock()
 	}
-	b.tokens = math.Min(capacity, b.tokens+now.Sub(b.last).Seconds()*perSec)
-	b.last = now
-	if b.tokens >= 1 {
-		b.tokens--
-		return nil
+	if wait <= 0 {
+		return nil, nil
 	}
-	wait := time.Duration((1 - b.tokens) / perSec * float64(time.Second))
 	return &Refusal{Code: CodeRateLimited, Budget: name, Limit: rate, RetryAfter: wait,
-		Message: fmt.Sprintf("tenant %s is over its rate of %g %s requests per minute (burst %g); retry after the Retry-After seconds", tenant, rate, kind, capacity)}
+		Message: fmt.Sprintf("tenant %s is over its rate of %g %s requests per minute (burst %g); retry after the Retry-After seconds", tenant, rate, kind, capacity)}, nil
 }
 
 // load makes sure the tenant's state for today and the session's state are
@@ -223,28 +242,25 @@ type Ticket struct {
 	// LoweredBy names the budget that lowered TimeoutMS ("" if none).
 	LoweredBy string
 	done      bool
+	// hold is the ticket's row in a fleet's store (Share).
+	hold *store.Hold
 }
 
-// AdmitExec checks the tenant's concurrency and CPU budget and the session's
-// exec, CPU and wall budgets for a run of at most timeoutMS on cpus CPUs,
-// and holds what the run may spend until Finish or Cancel.
-func (l *Limiter) AdmitExec(ctx context.Context, tenant, session string, timeoutMS int64, cpus float64) (*Ticket, *Refusal, error) {
-	if err := l.load(ctx, tenant, session); err != nil {
-		return nil, nil, err
-	}
-	lim := l.cfg.For(tenant)
-	now := l.now()
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	ts := l.tenants[tenant]
-	var ss *sessionState
-	if session != "" {
-		ss = l.sessions[sessionKey(tenant, session)]
-		ss.lastSeen = now
-	}
-	if lim.ConcurrentExecs > 0 && ts.running >= lim.ConcurrentExecs {
-		return nil, &Refusal{Code: CodeRateLimited, Budget: TenantConcurrentExecs, Limit: float64(lim.ConcurrentExecs), Used: float64(ts.running), RetryAfter: time.Second,
-			Message: fmt.Sprintf("tenant %s already has %d execs queued or running, its limit; retry when one has finished", tenant, ts.running)}, nil
+// admission is what decide makes of a view: the run's hold and its
+// (possibly lowered) time limit, or the refusal.
+type admission struct {
+	timeoutMS, cpuMS, wallMS int64
+	loweredBy                string
+	refusal                  *Refusal
+}
+
+// decide admits (or refuses) a run of at most timeoutMS on cpus CPUs for
+// tenant and session, given what they have used and what their running
+// execs hold (v). The same rule decides in memory and in a fleet's store.
+func decide(lim Limits, tenant, session, today string, v store.BudgetView, timeoutMS int64, cpus float64, now time.Time) admission {
+	if lim.ConcurrentExecs > 0 && v.Running >= lim.ConcurrentExecs {
+		return admission{refusal: &Refusal{Code: CodeRateLimited, Budget: TenantConcurrentExecs, Limit: float64(lim.ConcurrentExecs), Used: float64(v.Running), RetryAfter: time.Second,
+			Message: fmt.Sprintf("tenant %s already has %d execs queued or running, its limit; retry when one has finished", tenant, v.Running)}}
 	}
 	maxTimeout, loweredBy := timeoutMS, ""
 	lower := func(ms int64, budget string) {
@@ -255,37 +271,37 @@ func (l *Limiter) AdmitExec(ctx context.Context, tenant, session string, timeout
 	perCPU := func(cpuMS int64) int64 { return int64(float64(cpuMS) / math.Max(cpus, 0.01)) }
 	if lim.DailyCPUSeconds > 0 {
 		limit := int64(lim.DailyCPUSeconds * 1000)
-		left := limit - ts.used.CPUMillis - ts.reservedCPU
+		left := limit - v.Tenant.CPUMillis - v.ReservedCPU
 		if left < minSliceMS {
-			r := &Refusal{Code: CodeBudgetExceeded, Budget: TenantDailyCPU, Limit: lim.DailyCPUSeconds, Used: float64(ts.used.CPUMillis) / 1000}
-			if ts.used.CPUMillis+minSliceMS > limit {
+			r := &Refusal{Code: CodeBudgetExceeded, Budget: TenantDailyCPU, Limit: lim.DailyCPUSeconds, Used: float64(v.Tenant.CPUMillis) / 1000}
+			if v.Tenant.CPUMillis+minSliceMS > limit {
 				r.RetryAfter = untilMidnight(now)
-				r.Message = fmt.Sprintf("tenant %s has used %.3g of its %g CPU-seconds for today (%s UTC; less than %d ms is left); the budget resets at 00:00 UTC", tenant, float64(ts.used.CPUMillis)/1000, lim.DailyCPUSeconds, ts.day, minSliceMS)
+				r.Message = fmt.Sprintf("tenant %s has used %.3g of its %g CPU-seconds for today (%s UTC; less than %d ms is left); the budget resets at 00:00 UTC", tenant, float64(v.Tenant.CPUMillis)/1000, lim.DailyCPUSeconds, today, minSliceMS)
 			} else {
 				r.RetryAfter = time.Second
 				r.Message = fmt.Sprintf("tenant %s's running execs hold the rest of its %g daily CPU-seconds; retry when they finish", tenant, lim.DailyCPUSeconds)
 			}
-			return nil, r, nil
+			return admission{refusal: r}
 		}
 		lower(perCPU(left), TenantDailyCPU)
 	}
-	if ss != nil {
+	if session != "" {
 		sl := lim.Session
-		if sl.MaxExecs > 0 && ss.used.Execs+ss.pending >= sl.MaxExecs {
-			return nil, &Refusal{Code: CodeBudgetExceeded, Budget: SessionMaxExecs, Limit: float64(sl.MaxExecs), Used: float64(ss.used.Execs + ss.pending),
-				Message: fmt.Sprintf("session %s has run its %d execs; start a new session or finish the task", session, sl.MaxExecs)}, nil
+		if sl.MaxExecs > 0 && v.Session.Execs+v.Pending >= sl.MaxExecs {
+			return admission{refusal: &Refusal{Code: CodeBudgetExceeded, Budget: SessionMaxExecs, Limit: float64(sl.MaxExecs), Used: float64(v.Session.Execs + v.Pending),
+				Message: fmt.Sprintf("session %s has run its %d execs; start a new session or finish the task", session, sl.MaxExecs)}}
 		}
 		if sl.CPUSeconds > 0 {
-			left, r := sessionLeft(session, secondsBudget{SessionCPU, sl.CPUSeconds, ss.used.CPUMillis, ss.reservedCPU, "CPU-seconds", "CPU-seconds"})
+			left, r := sessionLeft(session, secondsBudget{SessionCPU, sl.CPUSeconds, v.Session.CPUMillis, v.SessionCPU, "CPU-seconds", "CPU-seconds"})
 			if r != nil {
-				return nil, r, nil
+				return admission{refusal: r}
 			}
 			lower(perCPU(left), SessionCPU)
 		}
 		if sl.WallSeconds > 0 {
-			left, r := sessionLeft(session, secondsBudget{SessionWall, sl.WallSeconds, ss.used.WallMillis, ss.reservedWall, "wall-clock seconds of running code", "wall seconds"})
+			left, r := sessionLeft(session, secondsBudget{SessionWall, sl.WallSeconds, v.Session.WallMillis, v.SessionWall, "wall-clock seconds of running code", "wall seconds"})
 			if r != nil {
-				return nil, r, nil
+				return admission{refusal: r}
 			}
 			lower(left, SessionWall)
 		}
@@ -293,12 +309,42 @@ func (l *Limiter) AdmitExec(ctx context.Context, tenant, session string, timeout
 	if maxTimeout < 1 {
 		maxTimeout = 1
 	}
-	t := &Ticket{l: l, tenant: tenant, session: session, day: ts.day, TimeoutMS: maxTimeout}
+	a := admission{timeoutMS: maxTimeout, wallMS: maxTimeout, cpuMS: int64(math.Ceil(float64(maxTimeout) * cpus))}
 	if maxTimeout < timeoutMS {
-		t.LoweredBy = loweredBy
+		a.loweredBy = loweredBy
 	}
-	t.wallMS = maxTimeout
-	t.cpuMS = int64(math.Ceil(float64(maxTimeout) * cpus))
+	return a
+}
+
+// AdmitExec checks the tenant's concurrency and CPU budget and the session's
+// exec, CPU and wall budgets for a run of at most timeoutMS on cpus CPUs,
+// and holds what the run may spend until Finish or Cancel. In a fleet
+// (Share) the decision and the hold are made in the shared store, exact
+// across replicas.
+func (l *Limiter) AdmitExec(ctx context.Context, tenant, session string, timeoutMS int64, cpus float64) (*Ticket, *Refusal, error) {
+	if l.shared != nil {
+		return l.admitShared(ctx, tenant, session, timeoutMS, cpus)
+	}
+	if err := l.load(ctx, tenant, session); err != nil {
+		return nil, nil, err
+	}
+	lim := l.cfg.For(tenant)
+	now := l.now()
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	ts := l.tenants[tenant]
+	var ss *sessionState
+	v := store.BudgetView{Tenant: ts.used, Running: ts.running, ReservedCPU: ts.reservedCPU}
+	if session != "" {
+		ss = l.sessions[sessionKey(tenant, session)]
+		ss.lastSeen = now
+		v.Session, v.Pending, v.SessionCPU, v.SessionWall = ss.used, ss.pending, ss.reservedCPU, ss.reservedWall
+	}
+	a := decide(lim, tenant, session, ts.day, v, timeoutMS, cpus, now)
+	if a.refusal != nil {
+		return nil, a.refusal, nil
+	}
+	t := &Ticket{l: l, tenant: tenant, session: session, day: ts.day, TimeoutMS: a.timeoutMS, LoweredBy: a.loweredBy, cpuMS: a.cpuMS, wallMS: a.wallMS}
 	ts.running++
 	ts.reservedCPU += t.cpuMS
 	if ss != nil {
@@ -361,6 +407,10 @@ func (t *Ticket) Cancel() {
 	if t == nil {
 		return
 	}
+	if t.hold != nil {
+		t.l.releaseShared(context.Background(), t, nil)
+		return
+	}
 	t.l.mu.Lock()
 	defer t.l.mu.Unlock()
 	if t.done {
@@ -377,6 +427,10 @@ func (t *Ticket) Finish(ctx context.Context, cpuMS, wallMS int64) {
 		return
 	}
 	l := t.l
+	if t.hold != nil {
+		l.releaseShared(ctx, t, &store.Usage{Execs: 1, CPUMillis: cpuMS, WallMillis: wallMS})
+		return
+	}
 	l.mu.Lock()
 	if t.done {
 		l.mu.Unlock()
@@ -422,28 +476,39 @@ func add(dst *store.Usage, u store.Usage) {
 // fetch of tenant's session may still read (-1: no limit), or refuses when
 // a fetched-bytes budget is spent. Charge what was read with ChargeFetch.
 func (l *Limiter) FetchAllowance(ctx context.Context, tenant, session string) (int64, *Refusal, error) {
-	if err := l.load(ctx, tenant, session); err != nil {
-		return 0, nil, err
+	now := l.now()
+	var tu, su store.Usage // today's and the session's
+	if l.shared != nil {
+		v, err := l.shared.View(ctx, tenant, session, day(now))
+		if err != nil {
+			return 0, nil, err
+		}
+		tu, su = v.Tenant, v.Session
+	} else {
+		if err := l.load(ctx, tenant, session); err != nil {
+			return 0, nil, err
+		}
+		l.mu.Lock()
+		tu = l.tenants[tenant].used
+		if session != "" {
+			su = l.sessions[sessionKey(tenant, session)].used
+		}
+		l.mu.Unlock()
 	}
 	lim := l.cfg.For(tenant)
-	now := l.now()
-	l.mu.Lock()
-	defer l.mu.Unlock()
 	allow := int64(-1)
 	if lim.DailyFetchBytes > 0 {
-		ts := l.tenants[tenant]
-		left := lim.DailyFetchBytes - ts.used.FetchBytes
+		left := lim.DailyFetchBytes - tu.FetchBytes
 		if left <= 0 {
-			return 0, &Refusal{Code: CodeBudgetExceeded, Budget: TenantDailyFetchBytes, Limit: float64(lim.DailyFetchBytes), Used: float64(ts.used.FetchBytes),
+			return 0, &Refusal{Code: CodeBudgetExceeded, Budget: TenantDailyFetchBytes, Limit: float64(lim.DailyFetchBytes), Used: float64(tu.FetchBytes),
 				RetryAfter: untilMidnight(now), Message: fmt.Sprintf("tenant %s has fetched its %d bytes for today; the budget resets at 00:00 UTC", tenant, lim.DailyFetchBytes)}, nil
 		}
 		allow = left
 	}
 	if session != "" && lim.Session.FetchBytes > 0 {
-		ss := l.sessions[sessionKey(tenant, session)]
-		left := lim.Session.FetchBytes - ss.used.FetchBytes
+		left := lim.Session.FetchBytes - su.FetchBytes
 		if left <= 0 {
-			return 0, &Refusal{Code: CodeBudgetExceeded, Budget: SessionFetchBytes, Limit: float64(lim.Session.FetchBytes), Used: float64(ss.used.FetchBytes),
+			return 0, &Refusal{Code: CodeBudgetExceeded, Budget: SessionFetchBytes, Limit: float64(lim.Session.FetchBytes), Used: float64(su.FetchBytes),
 				Message: fmt.Sprintf("session %s has fetched its %d bytes; start a new session or finish the task", session, lim.Session.FetchBytes)}, nil
 		}
 		if allow < 0 || left < allow {
@@ -467,6 +532,10 @@ func (l *Limiter) ChargeFetch(ctx context.Context, tenant, session string, n int
 // charge adds u to the tenant's day and the session; what names it in a
 // failure's log line.
 func (l *Limiter) charge(ctx context.Context, tenant, session string, u store.Usage, what string) {
+	if l.shared != nil {
+		l.persist(ctx, tenant, session, day(l.now()), u)
+		return
+	}
 	if err := l.load(ctx, tenant, session); err != nil {
 		l.log.Error("charging "+what+" failed", "tenant", tenant, "err", err)
 		return

@@ -59,6 +59,16 @@ func (s *SQLite) Head(ctx context.Context) (Anchor, error) {
 // record is gone from the end, or has another hash. A report that is
 // already broken is left as it is.
 func (s *SQLite) CheckAnchors(ctx context.Context, rep *Report, anchors ...Anchor) error {
+	return checkAnchors(rep, anchors, func(seq int64) (string, error) {
+		var hash string
+		err := s.db.QueryRowContext(ctx, `SELECT hash FROM records WHERE seq = ?`, seq).Scan(&hash)
+		return hash, err
+	})
+}
+
+// checkAnchors is CheckAnchors over a log whose record seq has the hash
+// hashAt returns.
+func checkAnchors(rep *Report, anchors []Anchor, hashAt func(seq int64) (string, error)) error {
 	for _, a := range anchors {
 		if !rep.OK {
 			return nil
@@ -69,8 +79,8 @@ func (s *SQLite) CheckAnchors(ctx context.Context, rep *Report, anchors ...Ancho
 			rep.Problem = fmt.Sprintf("the log ends at record %d, but an anchor names record %d (hash %s): records were cut from the end", rep.HeadSeq, a.Seq, short(a.Hash))
 			return nil
 		}
-		var hash string
-		if err := s.db.QueryRowContext(ctx, `SELECT hash FROM records WHERE seq = ?`, a.Seq).Scan(&hash); err != nil {
+		hash, err := hashAt(a.Seq)
+		if err != nil {
 			return fmt.Errorf("audit: reading record %d: %w", a.Seq, err)
 		}
 		if hash != a.Hash {

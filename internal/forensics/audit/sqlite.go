@@ -2,14 +2,11 @@ package audit
 
 import (
 	"context"
-	"crypto/rand"
 	"database/sql"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -62,27 +59,14 @@ const (
 // Appends are group-committed by one writer goroutine: concurrent appends
 // share a transaction and its fsync, and each returns once it is durable.
 type SQLite struct {
-	db *sql.DB
-
-	reqs   chan *appendReq
-	stop   chan struct{}
-	done   chan struct{}
-	closed sync.Once
-	mu     sync.RWMutex // guards isClosed against Append after Close
-	isOver bool
+	db        *sql.DB
+	w         *groupWriter
+	closeOnce sync.Once
 
 	// head: the last record written (seq and hash), owned by the writer.
 	headSeq  int64
 	headHash string
 }
-
-type appendReq struct {
-	r    *Record
-	done chan error
-}
-
-// maxBatch bounds the records of one group commit.
-const maxBatch = 256
 
 // schemaVersion is the audit database's schema version (user_version).
 const schemaVersion = 1
@@ -153,12 +137,12 @@ func Open(dir string) (*SQLite, error) {
 		db.Close()
 		return nil, fmt.Errorf("opening the audit log: %w", err)
 	}
-	s := &SQLite{db: db, reqs: make(chan *appendReq, maxBatch), stop: make(chan struct{}), done: make(chan struct{})}
+	s := &SQLite{db: db}
 	if err := s.loadHead(ctx); err != nil {
 		db.Close()
 		return nil, err
 	}
-	go s.writer()
+	s.w = newGroupWriter(s.commit)
 	return s, nil
 }
 
@@ -175,67 +159,10 @@ func (s *SQLite) loadHead(ctx context.Context) error {
 }
 
 // Append implements Log.
-func (s *SQLite) Append(ctx context.Context, r *Record) error {
-	if r.Kind == "" {
-		return errors.New("audit: a record needs a kind")
-	}
-	req := &appendReq{r: r, done: make(chan error, 1)}
-	s.mu.RLock()
-	if s.isOver {
-		s.mu.RUnlock()
-		return errClosed
-	}
-	select {
-	case s.reqs <- req:
-	case <-ctx.Done():
-		s.mu.RUnlock()
-		return ctx.Err()
-	}
-	s.mu.RUnlock()
-	// Once queued, the record is written whatever ctx does: wait for it.
-	return <-req.done
-}
+func (s *SQLite) Append(ctx context.Context, r *Record) error { return s.w.Append(ctx, r) }
 
-// writer group-commits queued appends.
-func (s *SQLite) writer() {
-	defer close(s.done)
-	for {
-		var first *appendReq
-		select {
-		case first = <-s.reqs:
-		case <-s.stop:
-			// Close stopped new appends; drain what was queued.
-			for {
-				select {
-				case r := <-s.reqs:
-					s.commit([]*appendReq{r})
-				default:
-					return
-				}
-			}
-		}
-		batch := []*appendReq{first}
-	more:
-		for len(batch) < maxBatch {
-			select {
-			case r := <-s.reqs:
-				batch = append(batch, r)
-			default:
-				break more
-			}
-		}
-		s.commit(batch)
-	}
-}
-
-func newID() string {
-	var b [12]byte
-	_, _ = rand.Read(b[:])
-	return "au_" + hex.EncodeToString(b[:])
-}
-
-// commit writes a batch in one transaction; every request gets the outcome.
-func (s *SQLite) commit(batch []*appendReq) {
+// commit writes a batch in one transaction.
+func (s *SQLite) commit(batch []*appendReq) error {
 	err := s.commitBatch(batch)
 	if err != nil {
 		// Nothing of the batch is written; the head is re-read so that the
@@ -244,13 +171,11 @@ func (s *SQLite) commit(batch []*appendReq) {
 		_ = s.loadHead(ctx)
 		cancel()
 	}
-	for _, r := range batch {
-		r.done <- err
-	}
+	return err
 }
 
 func (s *SQLite) commitBatch(batch []*appendReq) error {
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), appendTimeout)
 	defer cancel()
 	tx, err := s.db.BeginTx(ctx, nil)
 	if err != nil {
@@ -273,72 +198,41 @@ func (s *SQLite) commitBatch(batch []*appendReq) error {
 		return fmt.Errorf("audit: %w", err)
 	}
 	defer insSession.Close()
-	seq, prev := s.headSeq, s.headHash
-	type done struct {
-		r          *Record
-		seq        int64
-		prev, hash string
+	rows, err := chainBatch(batch, s.headSeq, s.headHash, "")
+	if err != nil {
+		return err
 	}
-	var results []done
-	for _, req := range batch {
-		r := *req.r // the caller's record is filled only after commit
-		seq++
-		r.Seq, r.PrevHash, r.Hash = seq, prev, ""
-		if r.ID == "" {
-			r.ID = newID()
-		}
-		if r.Time.IsZero() {
-			r.Time = time.Now().UTC()
-		}
-		body, err := canonical(&r)
-		if err != nil {
-			return fmt.Errorf("audit: encoding a record: %w", err)
-		}
-		h := hashOf(body)
-		if _, err := ins.ExecContext(ctx, seq, r.ID, r.Time.UnixNano(), r.Kind, r.Tenant, r.Status, profName(r.ExecProfile), profName(r.EgressProfile),
-			r.Session, r.CodeSHA256, r.Subject, body, prev, h); err != nil {
-			return fmt.Errorf("audit: writing record %d: %w", seq, err)
+	for _, c := range rows {
+		r := &c.r
+		if _, err := ins.ExecContext(ctx, r.Seq, r.ID, r.Time.UnixNano(), r.Kind, r.Tenant, r.Status, profName(r.ExecProfile), profName(r.EgressProfile),
+			r.Session, r.CodeSHA256, r.Subject, c.body, r.PrevHash, r.Hash); err != nil {
+			return fmt.Errorf("audit: writing record %d: %w", r.Seq, err)
 		}
 		for _, host := range r.Hosts {
-			if _, err := insHost.ExecContext(ctx, strings.ToLower(host), seq); err != nil {
-				return fmt.Errorf("audit: writing record %d: %w", seq, err)
+			if _, err := insHost.ExecContext(ctx, strings.ToLower(host), r.Seq); err != nil {
+				return fmt.Errorf("audit: writing record %d: %w", r.Seq, err)
 			}
 		}
 		if r.SandboxSession != "" && r.SandboxSession != r.Session {
-			if _, err := insSession.ExecContext(ctx, r.SandboxSession, seq); err != nil {
-				return fmt.Errorf("audit: writing record %d: %w", seq, err)
+			if _, err := insSession.ExecContext(ctx, r.SandboxSession, r.Seq); err != nil {
+				return fmt.Errorf("audit: writing record %d: %w", r.Seq, err)
 			}
 		}
-		results = append(results, done{req.r, seq, prev, h})
-		req.r.ID, req.r.Time = r.ID, r.Time
-		prev = h
 	}
 	if err := tx.Commit(); err != nil {
 		return fmt.Errorf("audit: committing: %w", err)
 	}
-	s.headSeq, s.headHash = seq, prev
-	for _, d := range results {
-		d.r.Seq, d.r.PrevHash, d.r.Hash = d.seq, d.prev, d.hash
-	}
+	last := rows[len(rows)-1].r
+	s.headSeq, s.headHash = last.Seq, last.Hash
+	committed(rows)
 	return nil
-}
-
-func profName(p *ProfileRef) string {
-	if p == nil {
-		return ""
-	}
-	return p.Name
 }
 
 // Close stops the writer after the queued appends and closes the database.
 func (s *SQLite) Close() error {
 	var err error
-	s.closed.Do(func() {
-		s.mu.Lock()
-		s.isOver = true
-		s.mu.Unlock()
-		close(s.stop)
-		<-s.done
+	s.closeOnce.Do(func() {
+		s.w.Close()
 		err = s.db.Close()
 	})
 	return err
@@ -365,112 +259,21 @@ func (s *SQLite) Get(ctx context.Context, id string) (*Record, error) {
 
 // Query implements Log.
 func (s *SQLite) Query(ctx context.Context, f Filter) ([]Record, string, error) {
-	limit := f.Limit
-	if limit <= 0 {
-		limit = defaultLimit
+	q, err := buildQuery(f, "records", "record_hosts", "record_sessions", func(int) string { return "?" })
+	if err != nil {
+		return nil, "", err
 	}
-	if limit > MaxLimit {
-		return nil, "", fmt.Errorf("limit %d is over the maximum of %d", limit, MaxLimit)
-	}
-	var where []string
-	var args []any
-	add := func(cond string, v any) {
-		where = append(where, cond)
-		args = append(args, v)
-	}
-	from, seqCol := "records r", "r.seq"
-	if f.Host != "" {
-		// Walk the host's entries newest first; each joins one record.
-		from, seqCol = "record_hosts h JOIN records r ON r.seq = h.seq", "h.seq"
-		add("h.host = ?", strings.ToLower(f.Host))
-	}
-	if f.Tenant != "" {
-		add("r.tenant = ?", f.Tenant)
-	}
-	if f.Kind != "" {
-		add("r.kind = ?", f.Kind)
-	}
-	if f.Status != "" {
-		add("r.status = ?", f.Status)
-	}
-	if f.Profile != "" {
-		where = append(where, "(r.exec_profile = ? OR r.egress_profile = ?)")
-		args = append(args, f.Profile, f.Profile)
-	}
-	if f.Session != "" {
-		where = append(where, "(r.session = ? OR r.seq IN (SELECT seq FROM record_sessions WHERE session = ?))")
-		args = append(args, f.Session, f.Session)
-	}
-	if f.CodeSHA256 != "" {
-		add("r.code_sha256 = ?", strings.ToLower(f.CodeSHA256))
-	}
-	if f.Subject != "" {
-		add("r.subject = ?", f.Subject)
-	}
-	if !f.Since.IsZero() {
-		add("r.time_ns >= ?", f.Since.UnixNano())
-	}
-	if !f.Until.IsZero() {
-		add("r.time_ns < ?", f.Until.UnixNano())
-	}
-	if f.Cursor != "" {
-		c, err := strconv.ParseInt(f.Cursor, 10, 64)
-		if err != nil || c <= 0 {
-			return nil, "", fmt.Errorf("cursor %q is not one this log gave out", f.Cursor)
-		}
-		add(seqCol+" < ?", c)
-	}
-	q := "SELECT r.seq, r.body, r.hash FROM " + from
-	if len(where) > 0 {
-		q += " WHERE " + strings.Join(where, " AND ")
-	}
-	q += " ORDER BY " + seqCol + " DESC LIMIT ?"
-	args = append(args, limit+1)
-	rows, err := s.db.QueryContext(ctx, q, args...)
+	rows, err := s.db.QueryContext(ctx, q.sql, q.args...)
 	if err != nil {
 		return nil, "", err
 	}
 	defer rows.Close()
-	out := []Record{}
-	for rows.Next() {
-		var seq int64
-		var body []byte
-		var hash string
-		if err := rows.Scan(&seq, &body, &hash); err != nil {
-			return nil, "", err
+	return page(func(seq *int64, body *[]byte, hash *string) (bool, error) {
+		if !rows.Next() {
+			return false, rows.Err()
 		}
-		var r Record
-		if err := json.Unmarshal(body, &r); err != nil {
-			return nil, "", fmt.Errorf("audit record %d is malformed: %w", seq, err)
-		}
-		r.Hash = hash
-		out = append(out, r)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, "", err
-	}
-	next := ""
-	if len(out) > limit {
-		out = out[:limit]
-		next = strconv.FormatInt(out[limit-1].Seq, 10)
-	}
-	return out, next, nil
-}
-
-// Report is the outcome of Verify.
-type Report struct {
-	// Records is how many records were checked.
-	Records int64 `json:"records"`
-	// HeadSeq and HeadHash name the last record (anchor them elsewhere to
-	// detect truncation of the tail).
-	HeadSeq  int64  `json:"head_seq"`
-	HeadHash string `json:"head_hash"`
-	// Anchors is how many anchors were checked (CheckAnchors).
-	Anchors int `json:"anchors,omitempty"`
-	// OK is false at the first break, which BreakSeq and Problem describe.
-	OK       bool   `json:"ok"`
-	BreakSeq int64  `json:"break_seq,omitempty"`
-	Problem  string `json:"problem,omitempty"`
+		return true, rows.Scan(seq, body, hash)
+	}, q.limit)
 }
 
 // Verify implements Log: it checks that sequence numbers run 1, 2, 3, ...
@@ -483,60 +286,17 @@ func (s *SQLite) Verify(ctx context.Context) (*Report, error) {
 		return nil, err
 	}
 	defer rows.Close()
-	rep := &Report{OK: true}
-	var want int64 = 1
-	prev := ""
-	fail := func(seq int64, format string, args ...any) {
-		rep.OK, rep.BreakSeq, rep.Problem = false, seq, fmt.Sprintf(format, args...)
-	}
+	v := newVerifier()
 	for rows.Next() {
-		var (
-			seq, timeNS                                                   int64
-			id, kind, tenant, status, execP, egressP, session, code, subj string
-			body                                                          []byte
-			prevHash, hash                                                string
-		)
-		if err := rows.Scan(&seq, &id, &timeNS, &kind, &tenant, &status, &execP, &egressP, &session, &code, &subj, &body, &prevHash, &hash); err != nil {
+		var row storedRow
+		if err := rows.Scan(&row.seq, &row.id, &row.timeNS, &row.kind, &row.tenant, &row.status, &row.execP, &row.egressP, &row.session, &row.code, &row.subj, &row.body, &row.prevHash, &row.hash); err != nil {
 			return nil, err
 		}
-		rep.Records++
-		switch {
-		case seq != want:
-			fail(want, "record %d is missing (the next record is %d): deleted", want, seq)
-		case prevHash != prev:
-			fail(seq, "record %d names %s as the hash before it, but record %d's hash is %s: a record before it was changed, removed or reordered", seq, short(prevHash), seq-1, short(prev))
-		case hashOf(body) != hash:
-			fail(seq, "record %d's content does not match its hash: changed", seq)
+		if !v.next(&row) {
+			return v.rep, nil
 		}
-		if !rep.OK {
-			return rep, nil
-		}
-		var r Record
-		if err := json.Unmarshal(body, &r); err != nil {
-			fail(seq, "record %d's body is not JSON: %v", seq, err)
-			return rep, nil
-		}
-		if r.Seq != seq || r.ID != id || r.Time.UnixNano() != timeNS || r.Kind != kind || r.Tenant != tenant || r.Status != status ||
-			profName(r.ExecProfile) != execP || profName(r.EgressProfile) != egressP || r.Session != session || r.CodeSHA256 != code ||
-			r.Subject != subj || r.PrevHash != prevHash {
-			fail(seq, "record %d's indexed columns disagree with its hashed content: changed", seq)
-			return rep, nil
-		}
-		prev = hash
-		want++
-		rep.HeadSeq, rep.HeadHash = seq, hash
 	}
-	return rep, rows.Err()
-}
-
-func short(h string) string {
-	if h == "" {
-		return "(none: the first record)"
-	}
-	if len(h) > 12 {
-		return h[:12]
-	}
-	return h
+	return v.rep, rows.Err()
 }
 
 var _ Log = (*SQLite)(nil)
