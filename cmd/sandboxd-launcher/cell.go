@@ -118,6 +118,10 @@ type cell struct {
 // time, so each has the whole size.
 type cellDirs struct {
 	sandbox, tmp, shm string
+	// own: the directories are the host's own places (a native cell,
+	// which binds nothing): make and remove keep them and handle what is
+	// in them.
+	own bool
 }
 
 func newCellDirs(n int) cellDirs {
@@ -130,7 +134,11 @@ func newCellDirs(n int) cellDirs {
 }
 
 func (d cellDirs) make() error {
-	for _, dir := range []string{d.sandbox, filepath.Join(d.sandbox, "out"), d.tmp, d.shm} {
+	dirs := []string{d.sandbox, filepath.Join(d.sandbox, "out"), d.tmp, d.shm}
+	if d.own {
+		dirs = dirs[1:2]
+	}
+	for _, dir := range dirs {
 		if err := os.Mkdir(dir, 0o700); err != nil {
 			return err
 		}
@@ -147,12 +155,18 @@ func (d cellDirs) remove() error {
 	var first error
 	for _, dir := range []string{d.sandbox, d.tmp, d.shm} {
 		_ = filepath.WalkDir(dir, func(path string, e fs.DirEntry, err error) error {
-			if err == nil && e.IsDir() {
+			// The host's own places keep their modes (the launcher,
+			// root without CAP_DAC_OVERRIDE, goes through them).
+			if err == nil && e.IsDir() && !(d.own && path == dir) {
 				_ = os.Chmod(path, 0o700)
 			}
 			return nil
 		})
-		if err := os.RemoveAll(dir); err != nil && first == nil {
+		err := os.RemoveAll(dir)
+		if d.own {
+			err = emptyDir(dir)
+		}
+		if err != nil && first == nil {
 			first = err
 		}
 	}
@@ -163,6 +177,9 @@ func (d cellDirs) remove() error {
 func (h *cellHost) build() (*cell, error) {
 	h.n++
 	dirs := newCellDirs(h.n)
+	if h.init.Native {
+		dirs = nativeDirs()
+	}
 	if err := asCode(dirs.make); err != nil {
 		_ = asCode(dirs.remove)
 		return nil, err

@@ -4,19 +4,31 @@ package main
 // runsc neither has /proc/sys/kernel/overflowuid nor allows mounts in one;
 // but a launcher that is root inside the gVisor sandbox (creds.go) may make
 // the other namespaces itself. The launcher starts the cell's init with new
-// PID, mount, network, IPC and UTS namespaces (Go's clone flags); the init,
-// still root and with the host container's few capabilities (inside
-// gVisor's kernel, not the host's), binds the cell's directories over
-// /sandbox, /tmp and /dev/shm, mounts the cell's /proc with the host facts
-// masked, names the host "sandbox", drops every capability from the
-// bounding set, sets no_new_privs, installs the profile's seccomp filter
-// on all its threads and starts the interpreter as the profile's user,
-// which leaves it no capability at all.
+// PID, network, IPC and UTS namespaces (Go's clone flags); the init, still
+// root and with the host container's few capabilities (inside gVisor's
+// kernel, not the host's), names the host "sandbox", drops every
+// capability from the bounding set, sets no_new_privs, installs the
+// profile's seccomp filter on all its threads and starts the interpreter
+// as the profile's user, which leaves it no capability at all.
+//
+// No mount namespace and no mount. Under this host's runsc a mount made
+// in a new mount namespace shows in the parent's too (checked: a bind
+// made after unshare(CLONE_NEWNS) in a child is seen by its parent; under
+// runc it is not), so a cell's binds would land on the launcher's own
+// places and stay there. Instead the cell uses the host's /sandbox, /tmp
+// and /dev/shm themselves (each a tmpfs the engine made, sized and
+// nosuid, nodev, /tmp and /dev/shm noexec), which the launcher empties
+// after every run, before the next cell is built (one cell at a time);
+// and the host's /proc, which gVisor's kernel synthesizes (the engine
+// masks its host facts), where the cell's processes see the launcher
+// and its init but, being another uid, can neither signal them nor read
+// their descriptors, memory or environment.
 
 import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"runtime"
 	"strconv"
 	"syscall"
@@ -28,7 +40,27 @@ import (
 )
 
 // nativeCloneFlags are the namespaces of a cell built without bubblewrap.
-const nativeCloneFlags = syscall.CLONE_NEWPID | syscall.CLONE_NEWNS | syscall.CLONE_NEWNET | syscall.CLONE_NEWIPC | syscall.CLONE_NEWUTS
+const nativeCloneFlags = syscall.CLONE_NEWPID | syscall.CLONE_NEWNET | syscall.CLONE_NEWIPC | syscall.CLONE_NEWUTS
+
+// nativeDirs are a native cell's places: the host's own.
+func nativeDirs() cellDirs {
+	return cellDirs{sandbox: jobproto.WorkDir, tmp: "/tmp", shm: "/dev/shm", own: true}
+}
+
+// emptyDir removes everything in dir, keeping dir.
+func emptyDir(dir string) error {
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		return err
+	}
+	var first error
+	for _, e := range ents {
+		if err := os.RemoveAll(filepath.Join(dir, e.Name())); err != nil && first == nil {
+			first = err
+		}
+	}
+	return first
+}
 
 // nativeArgs is how the launcher starts a native cell's init.
 func nativeArgs(d cellDirs, uid, gid int) []string {
@@ -55,56 +87,11 @@ func parseNative(args []string) (*nativeCell, []string, error) {
 }
 
 // setUp makes the calling process (pid 1 of fresh namespaces, root) the
-// cell, as bubblewrap does for cells under runc. The calling goroutine
+// cell, as bubblewrap does for cells under runc (less the mounts: see the
+// file's comment). The calling goroutine
 // must hold its thread (runtime.LockOSThread): the bounding set and
 // no_new_privs are the thread's, and the interpreter is forked from it.
 func (n *nativeCell) setUp(seccompFD int) error {
-	mount := func(src, dst, fstype string, flags uintptr, data string) error {
-		if err := unix.Mount(src, dst, fstype, flags, data); err != nil {
-			return fmt.Errorf("mounting %s on %s: %w", src, dst, err)
-		}
-		return nil
-	}
-	// Mounts stay in the cell (gVisor refuses the change with EINVAL, and
-	// its mounts do not propagate anyway).
-	_ = unix.Mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, "")
-	for _, b := range [][2]string{{n.dirs.sandbox, jobproto.WorkDir}, {n.dirs.tmp, "/tmp"}, {n.dirs.shm, "/dev/shm"}} {
-		if err := mount(b[0], b[1], "", unix.MS_BIND, ""); err != nil {
-			return err
-		}
-	}
-	if err := mount("proc", "/proc", "proc", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, ""); err != nil {
-		return err
-	}
-	for _, p := range jobproto.Masked {
-		fi, err := os.Lstat(p)
-		switch {
-		case err != nil:
-			continue
-		case fi.IsDir():
-			err = mount("tmpfs", p, "tmpfs", unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, "size=0,mode=0555")
-		default:
-			err = mount("/dev/null", p, "", unix.MS_BIND, "")
-		}
-		if err != nil {
-			return err
-		}
-	}
-	for _, p := range []string{"/proc/sys", "/proc/sysrq-trigger", "/proc/irq", "/proc/bus"} {
-		if _, err := os.Lstat(p); err != nil {
-			continue
-		}
-		if err := unix.Mount(p, p, "", unix.MS_BIND|unix.MS_REC, ""); err == unix.EINVAL {
-			// gVisor binds no part of its /proc; its kernel settings
-			// are its own, and not writable by the code's user.
-			continue
-		} else if err != nil {
-			return fmt.Errorf("mounting %s read-only: %w", p, err)
-		}
-		if err := mount("", p, "", unix.MS_BIND|unix.MS_REMOUNT|unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, ""); err != nil {
-			return err
-		}
-	}
 	if err := unix.Sethostname([]byte("sandbox")); err != nil {
 		return fmt.Errorf("naming the cell: %w", err)
 	}
