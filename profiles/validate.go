@@ -206,11 +206,8 @@ func validate(e *Exec, d *decoder, fileName string) {
 	switch e.Isolation {
 	case IsolationContainer:
 	case IsolationCell:
-		switch {
-		case e.Egress != DefaultEgress:
+		if e.Egress != DefaultEgress {
 			d.problem("isolation", "isolation cell needs egress: none: a cell has a network namespace of its own with loopback only, so it cannot reach the egress proxy; use isolation: container for a networked profile")
-		case e.Runtime != RuntimeRunc:
-			d.problem("isolation", "isolation cell needs runtime: runc: bubblewrap, which builds the cells, does not run under this host's runsc (it has no /proc/sys/kernel/overflowuid and refuses mounts in a user namespace); use isolation: container with runsc")
 		}
 	default:
 		d.problem("isolation", "isolation %q is not known; use container (an engine container per run) or cell (a fresh cell per run in a long-lived host of the tenant's)", e.Isolation)

@@ -282,7 +282,27 @@ func hostOptions(spec *Spec, imageID, instance, hostID string, f cellFilter) (*c
 	cfg.Labels[LabelExecID] = hostID
 	cfg.Labels[LabelCellTenant] = spec.Tenant
 	hc.SecurityOpt = []string{"no-new-privileges:true", "seccomp=" + string(f.host)}
-	hc.MaskedPaths, hc.ReadonlyPaths = []string{}, []string{}
+	if spec.Profile.Runtime == profiles.RuntimeRunsc {
+		// Under gVisor the launcher (root inside the sandbox) builds the
+		// cells itself: making namespaces takes CAP_SYS_ADMIN, emptying the
+		// bounding set CAP_SETPCAP, both of gVisor's kernel. The cell's
+		// init drops them all before the code starts, and the cell uses
+		// the host's own /sandbox, /tmp and /dev/shm (no mounts: see the
+		// launcher's cellnative.go).
+		hc.CapAdd = append(hc.CapAdd, "SYS_ADMIN", "SETPCAP")
+		// Root without CAP_DAC_OVERRIDE may look paths up only through
+		// directories it may search: the launcher starts each cell in
+		// /sandbox, the code's (0700 in a container of its own).
+		for _, dir := range []string{"/tmp", jobproto.WorkDir} {
+			hc.Tmpfs[dir] = strings.Replace(hc.Tmpfs[dir], "mode=0700", "mode=0711", 1)
+		}
+	}
+	if spec.Profile.Runtime != profiles.RuntimeRunsc {
+		// bubblewrap mounts each cell a /proc of its own and masks it;
+		// the engine's masks would stop it. A native cell (runsc) keeps the
+		// host's /proc, masked by the engine.
+		hc.MaskedPaths, hc.ReadonlyPaths = []string{}, []string{}
+	}
 	pids := *hc.PidsLimit + cellPidsOverhead
 	hc.PidsLimit = &pids
 	return cfg, hc, nil
@@ -432,7 +452,7 @@ func (c *cells) start(ctx context.Context, spec *Spec, imageID string, key cellK
 		pw.CloseWithError(err)
 	}()
 	uid, gid, _ := splitUser(spec.Profile.User)
-	init := jobproto.CellInit{Key: jobproto.NewKey(), Seccomp: f.bpf, UID: uid, GID: gid}
+	init := jobproto.CellInit{Key: jobproto.NewKey(), Seccomp: f.bpf, UID: uid, GID: gid, Native: spec.Profile.Runtime == profiles.RuntimeRunsc}
 	if err := jobproto.WriteJSON(h.hj.Conn, jobproto.TypeCellHost, &init); err != nil {
 		c.discard(h)
 		return nil, fmt.Errorf("%w: handing a cell host its init: %v", ErrEngine, err)

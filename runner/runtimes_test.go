@@ -96,6 +96,7 @@ func TestRunUnknownRuntimeIsRefused(t *testing.T) {
 	r := newTestRunner(t, instance)
 	p := *strictProfile(t)
 	p.Runtime = "sandboxd-no-such-runtime"
+	p.Isolation = profiles.IsolationContainer // a container of its own, created through the engine
 	_, err := r.Run(context.Background(), &Spec{ID: "ex_noruntime", Profile: &p, Limits: p.Limits, Job: job("print(1)", 1000)})
 	if !errors.Is(err, ErrRuntimeMissing) || !strings.Contains(err.Error(), `"sandboxd-no-such-runtime"`) {
 		t.Fatalf("err = %v, want ErrRuntimeMissing naming the runtime", err)

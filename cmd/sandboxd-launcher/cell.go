@@ -118,6 +118,10 @@ type cell struct {
 // time, so each has the whole size.
 type cellDirs struct {
 	sandbox, tmp, shm string
+	// own: the directories are the host's own places (a native cell,
+	// which binds nothing): make and remove keep them and handle what is
+	// in them.
+	own bool
 }
 
 func newCellDirs(n int) cellDirs {
@@ -130,7 +134,11 @@ func newCellDirs(n int) cellDirs {
 }
 
 func (d cellDirs) make() error {
-	for _, dir := range []string{d.sandbox, filepath.Join(d.sandbox, "out"), d.tmp, d.shm} {
+	dirs := []string{d.sandbox, filepath.Join(d.sandbox, "out"), d.tmp, d.shm}
+	if d.own {
+		dirs = dirs[1:2]
+	}
+	for _, dir := range dirs {
 		if err := os.Mkdir(dir, 0o700); err != nil {
 			return err
 		}
@@ -147,12 +155,18 @@ func (d cellDirs) remove() error {
 	var first error
 	for _, dir := range []string{d.sandbox, d.tmp, d.shm} {
 		_ = filepath.WalkDir(dir, func(path string, e fs.DirEntry, err error) error {
-			if err == nil && e.IsDir() {
+			// The host's own places keep their modes (the launcher,
+			// root without CAP_DAC_OVERRIDE, goes through them).
+			if err == nil && e.IsDir() && !(d.own && path == dir) {
 				_ = os.Chmod(path, 0o700)
 			}
 			return nil
 		})
-		if err := os.RemoveAll(dir); err != nil && first == nil {
+		err := os.RemoveAll(dir)
+		if d.own {
+			err = emptyDir(dir)
+		}
+		if err != nil && first == nil {
 			first = err
 		}
 	}
@@ -163,8 +177,11 @@ func (d cellDirs) remove() error {
 func (h *cellHost) build() (*cell, error) {
 	h.n++
 	dirs := newCellDirs(h.n)
-	if err := dirs.make(); err != nil {
-		_ = dirs.remove()
+	if h.init.Native {
+		dirs = nativeDirs()
+	}
+	if err := asCode(dirs.make); err != nil {
+		_ = asCode(dirs.remove)
 		return nil, err
 	}
 	statusR, statusW, err := os.Pipe()
@@ -179,15 +196,19 @@ func (h *cellHost) build() (*cell, error) {
 		_, _ = seccompW.Write(h.init.Seccomp)
 		seccompW.Close()
 	}()
-	args := append([]string{"bwrap"}, h.bwrapArgs(dirs)...)
-	args = append(args, "--", launcherSelf, "cell-init", strconv.Itoa(cellStatusFD), "--", python, "-c", zygote)
+	program, args, clone := bwrap, append([]string{"bwrap"}, h.bwrapArgs(dirs)...), uintptr(0)
+	args = append(args, "--", launcherSelf, "cell-init", strconv.Itoa(cellStatusFD))
+	if h.init.Native {
+		program, args, clone = launcherSelf, nativeArgs(dirs, h.init.UID, h.init.GID), nativeCloneFlags
+	}
+	args = append(args, "--", python, "-c", zygote)
 	args = append(args, h.pre...)
-	in, err := startProcessInterp(bwrap, args, h.out, []*os.File{statusW, seccompR}, nil)
+	in, err := startProcessInterp(program, args, h.out, []*os.File{statusW, seccompR}, nil, clone)
 	statusW.Close()
 	seccompR.Close()
 	if err != nil {
 		statusR.Close()
-		_ = dirs.remove()
+		_ = asCode(dirs.remove)
 		return nil, err
 	}
 	return &cell{dirs: dirs, in: in, status: statusR, out: h.out}, nil
@@ -231,13 +252,16 @@ func (h *cellHost) bwrapArgs(d cellDirs) []string {
 // runJob runs one job in the cell and tears the cell down; cleanErr says
 // the cell's files could not all be removed.
 func (c *cell) runJob(job *jobproto.Job) (exit jobproto.Exit, cleanErr error) {
-	if err := prepareIn(c.dirs.sandbox, job); err != nil {
+	if err := asCode(func() error { return prepareIn(c.dirs.sandbox, job) }); err != nil {
 		c.discard()
 		return jobproto.Exit{ExitCode: -1, Error: err.Error()}, nil
 	}
 	exit = c.in.runCell(job, c.status)
-	collect(filepath.Join(c.dirs.sandbox, "out"), outCaps{count: job.MaxOutCount, file: job.MaxOutFileBytes, total: job.MaxOutTotalBytes}, nil, c.out)
-	return exit, c.dirs.remove()
+	_ = asCode(func() error {
+		collect(filepath.Join(c.dirs.sandbox, "out"), outCaps{count: job.MaxOutCount, file: job.MaxOutFileBytes, total: job.MaxOutTotalBytes}, nil, c.out)
+		return nil
+	})
+	return exit, asCode(c.dirs.remove)
 }
 
 // discard tears down a cell that ran no job.
@@ -245,7 +269,7 @@ func (c *cell) discard() {
 	killAll(c.in.pid)
 	reapAll()
 	c.status.Close()
-	_ = c.dirs.remove()
+	_ = asCode(c.dirs.remove)
 }
 
 // runCell hands the job to the cell's interpreter and waits for the cell
@@ -257,6 +281,10 @@ func (in *interp) runCell(job *jobproto.Job, statusR *os.File) jobproto.Exit {
 	outputLimit.Store(job.OutputBytes)
 	in.waitReady()
 	cpu0 := readCPU(in.pid)
+	// The interpreter, seen from here: the timeout kills it (so its init
+	// reports it, with its CPU), and its CPU so far is the preload's.
+	zpid := descendantNamed(in.pid, "python3")
+	base := cpuTicks(zpid)
 	// The code comes with the handover (the cell's /tmp is its own); it is
 	// the request's text, so valid UTF-8.
 	source := string(job.Code)
@@ -288,14 +316,23 @@ func (in *interp) runCell(job *jobproto.Job, statusR *os.File) jobproto.Exit {
 		statusR.Close()
 		status <- st
 	}()
-	var timedOut bool
+	var timedOut, reported bool
 	var st jobproto.CellStatus
 	select {
 	case st = <-status:
+		reported = true
 	case <-time.After(time.Duration(job.TimeoutMS) * time.Millisecond):
 		timedOut = true
 	}
 	dur := time.Since(start)
+	if timedOut && zpid > 0 {
+		_ = syscall.Kill(zpid, syscall.SIGKILL)
+		select {
+		case st = <-status:
+			reported = st.Error == ""
+		case <-time.After(2 * time.Second):
+		}
+	}
 	killAll(in.pid) // the cell (bubblewrap, its init and all it holds)
 	_, _, _ = reapUntil(in.pid)
 	reapAll()
@@ -308,7 +345,15 @@ func (in *interp) runCell(job *jobproto.Job, statusR *os.File) jobproto.Exit {
 		TimedOut:        timedOut,
 	}
 	exit.UserCPUMS, exit.SysCPUMS = cpuBetween(cpu0, cpu1)
+	if reported && zpid > 0 {
+		// The kernel's account of the interpreter, less its preload: exact,
+		// and under gVisor the only one (its cgroup files read 0).
+		tick := int64(1000 / clockTicks)
+		exit.UserCPUMS = max(st.UserCPUMS-base.user*tick, 0)
+		exit.SysCPUMS = max(st.SysCPUMS-base.sys*tick, 0)
+	}
 	if timedOut {
+		exit.MaxRSSKB = st.MaxRSSKB
 		exit.ExitCode, exit.Signal = 128+int(syscall.SIGKILL), "SIGKILL"
 		return exit
 	}
@@ -338,4 +383,48 @@ func cpuBetween(a, b cpuUse) (user, sys int64) {
 	}
 	user = total * u / (u + s)
 	return user, total - user
+}
+
+// descendantNamed is the first process below pid (in this PID namespace)
+// whose command is name, or 0.
+func descendantNamed(pid int, name string) int {
+	parent := map[int]int{}
+	comm := map[int]string{}
+	ents, _ := os.ReadDir("/proc")
+	for _, e := range ents {
+		p, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		b, err := os.ReadFile("/proc/" + e.Name() + "/stat")
+		if err != nil {
+			continue
+		}
+		s := string(b)
+		i, j := strings.IndexByte(s, '('), strings.LastIndexByte(s, ')')
+		if i < 0 || j < i {
+			continue
+		}
+		f := strings.Fields(s[j+1:])
+		if len(f) < 2 {
+			continue
+		}
+		pp, _ := strconv.Atoi(f[1])
+		parent[p], comm[p] = pp, s[i+1:j]
+	}
+	best := 0
+	for p, c := range comm {
+		if c != name {
+			continue
+		}
+		for a := parent[p]; a > 1; a = parent[a] {
+			if a == pid && (best == 0 || p < best) {
+				best = p
+			}
+			if a == pid {
+				break
+			}
+		}
+	}
+	return best
 }

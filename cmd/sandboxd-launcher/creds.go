@@ -61,21 +61,27 @@ func parseUser(v string) (int, int, error) {
 // real and saved ids stay root, so the code still cannot signal the
 // launcher), so fn must not leave its goroutine. gVisor has no setfsuid,
 // hence the effective ids.
+//
+// fn runs on a thread of its own that ends with it: the launcher's other
+// threads never carry the code's identity, and a thread whose identity
+// could not be given back (or, under gVisor, whose capabilities were not
+// restored with its uid) is never used again; a cell host builds many
+// cells, each needing the launcher's full rights.
 func asCode(fn func() error) error {
 	if codeCred == nil {
 		return fn()
 	}
-	runtime.LockOSThread()
-	if err := setEffective(int(codeCred.Uid), int(codeCred.Gid)); err != nil {
-		runtime.UnlockOSThread()
-		return fmt.Errorf("taking the code's identity: %w", err)
-	}
-	defer func() {
-		if setEffective(0, 0) == nil {
-			runtime.UnlockOSThread()
-		} // else the thread stays locked and ends with its goroutine
+	done := make(chan error, 1)
+	go func() {
+		// Locked and never unlocked: Go ends the thread with the goroutine.
+		runtime.LockOSThread()
+		if err := setEffective(int(codeCred.Uid), int(codeCred.Gid)); err != nil {
+			done <- fmt.Errorf("taking the code's identity: %w", err)
+			return
+		}
+		done <- fn()
 	}()
-	return fn()
+	return <-done
 }
 
 // setEffective sets the calling thread's effective uid and gid (the gid

@@ -77,13 +77,14 @@ func (in *interp) earlyStderr() string {
 }
 
 func startInterp(preload []string, out *frameWriter) (*interp, error) {
-	return startProcessInterp(python, append([]string{"python3", "-c", zygote}, preload...), out, nil, codeCred)
+	return startProcessInterp(python, append([]string{"python3", "-c", zygote}, preload...), out, nil, codeCred, 0)
 }
 
 // startProcessInterp starts the waiting interpreter through program (python
-// itself, or bubblewrap building a cell around it) with args; extra are
-// passed as fds 7, 8, ... and cred, when set, is the child's user.
-func startProcessInterp(program string, args []string, out *frameWriter, extra []*os.File, cred *syscall.Credential) (*interp, error) {
+// itself, bubblewrap building a cell around it, or a native cell's init)
+// with args; extra are passed as fds 7, 8, ...; cred, when set, is the
+// child's user and cloneflags its new namespaces.
+func startProcessInterp(program string, args []string, out *frameWriter, extra []*os.File, cred *syscall.Credential, cloneflags uintptr) (*interp, error) {
 	stdinR, stdinW, err := os.Pipe()
 	if err != nil {
 		return nil, err
@@ -121,7 +122,7 @@ func startProcessInterp(program string, args []string, out *frameWriter, extra [
 		Dir:   jobproto.WorkDir,
 		Env:   os.Environ(),
 		Files: append([]*os.File{stdinR, stdoutW, stderrW, ctlR, kreqR, krespW, readyW}, extra...),
-		Sys:   &syscall.SysProcAttr{Setpgid: true, Credential: cred},
+		Sys:   &syscall.SysProcAttr{Setpgid: true, Credential: cred, Cloneflags: cloneflags},
 	})
 	if err != nil {
 		return nil, fmt.Errorf("starting %s: %w", filepath.Base(program), err)

@@ -2,7 +2,11 @@ package main
 
 import (
 	"os"
+	"os/exec"
 	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -187,5 +191,32 @@ func TestCPUBetweenSplitsThePreciseTotal(t *testing.T) {
 		if u, s := cpuBetween(tc.a, tc.b); u != tc.user || s != tc.sys {
 			t.Errorf("cpuBetween(%+v, %+v) = %d, %d; want %d, %d", tc.a, tc.b, u, s, tc.user, tc.sys)
 		}
+	}
+}
+
+func TestDescendantNamedFindsAGrandchild(t *testing.T) {
+	// sh starts sleep: the sleep is a grandchild of this process.
+	cmd := exec.Command("/bin/sh", "-c", "sleep 30 & wait")
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = cmd.Process.Kill(); _ = cmd.Wait() }()
+	var pid int
+	for i := 0; i < 100 && pid == 0; i++ {
+		pid = descendantNamed(os.Getpid(), "sleep")
+		time.Sleep(20 * time.Millisecond)
+	}
+	if pid == 0 || pid == cmd.Process.Pid {
+		t.Fatalf("descendantNamed = %d, want the sleep under sh %d", pid, cmd.Process.Pid)
+	}
+	b, _ := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/comm")
+	if strings.TrimSpace(string(b)) != "sleep" {
+		t.Fatalf("pid %d is %q", pid, b)
+	}
+	if descendantNamed(os.Getpid(), "no-such-command") != 0 {
+		t.Error("found a process that does not exist")
+	}
+	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
 	}
 }

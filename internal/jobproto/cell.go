@@ -38,6 +38,10 @@ type CellInit struct {
 	// starts: it stacks on the host's filter, which allows what building a
 	// cell needs and which the code must not have.
 	Seccomp []byte `json:"seccomp"`
+	// Native builds each cell with the launcher's own namespaces instead
+	// of bubblewrap's: under gVisor, where the launcher is root inside the
+	// sandbox and bubblewrap cannot run (cellnative.go).
+	Native bool `json:"native,omitempty"`
 	// UID and GID are the code's, inside and outside the cell.
 	UID int `json:"uid"`
 	GID int `json:"gid"`
@@ -65,5 +69,9 @@ type CellStatus struct {
 	ExitCode int    `json:"exit_code"`
 	Signal   int    `json:"signal,omitempty"` // the signal that ended it, 0 for an exit
 	MaxRSSKB int64  `json:"max_rss_kb"`
+	// UserCPUMS and SysCPUMS are the interpreter's CPU (its waited-for
+	// children's included), from the kernel's rusage of it.
+	UserCPUMS int64 `json:"user_cpu_ms"`
+	SysCPUMS  int64 `json:"sys_cpu_ms"`
 	Error    string `json:"error,omitempty"`
 }

@@ -248,6 +248,13 @@ say("ABSTRACT-TRIED", len(names))
 				}
 				x.noAllowed(t)
 			},
+			strict: &override{check: func(t *testing.T, x *run) {
+				n := x.factInt(t, "ABSTRACT-TRIED")
+				for i := range n {
+					x.wantDenied(t, "abstract-"+strconv.FormatInt(i, 10), "ECONNREFUSED", "ENOENT", "EINVAL")
+				}
+				x.noAllowed(t)
+			}, why: "gVisor's netstack answers a connect to an abstract name nobody bound in the cell's network namespace with EINVAL"},
 		},
 		{
 			name: "net-engine-socket",
