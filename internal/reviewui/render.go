@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"html/template"
 	"io"
+	"maps"
 	"net/url"
 	"slices"
 	"strconv"
@@ -337,6 +338,14 @@ var funcs = template.FuncMap{
 	"durationOf":  durationOf,
 	"ms":          func(n int64) string { return fmtDuration(time.Duration(n) * time.Millisecond) },
 	"dur":         fmtDuration,
+	"durs": func(m map[string]int64) string {
+		keys := slices.Sorted(maps.Keys(m))
+		parts := make([]string, len(keys))
+		for i, k := range keys {
+			parts[i] = k + " " + fmtDuration(time.Duration(m[k])*time.Millisecond)
+		}
+		return strings.Join(parts, ", ")
+	},
 	"lane": func(i int) string {
 		if i < 0 {
 			return "lane-none"

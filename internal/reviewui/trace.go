@@ -231,7 +231,7 @@ func (h *Handler) traceRecords(r *http.Request, tenant, id string, limit int) ([
 			}
 			// An agent session followed from a sandbox session: only
 			// what it did while the sandbox session ran.
-			if sandbox && isAgent && (rec.Time.Before(first.Add(-time.Minute)) || rec.Time.After(last.Add(time.Minute))) {
+			if sandbox && isAgent && (rec.Time.Before(first) || rec.Time.After(last)) {
 				continue
 			}
 			seen[rec.ID] = true
