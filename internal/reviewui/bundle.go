@@ -156,7 +156,7 @@ func (h *Handler) sendBundle(c echo.Context, s *session, scope, query string, re
 	for t := range perTenant {
 		records[t] += 0
 	}
-	if err := firstErr(h.recordReads(r, s, reads, "bundle", "", map[string]string{"bundle": id})); err != nil {
+	if err := joinErrs(h.recordReads(r, s, reads, "bundle", "", map[string]string{"bundle": id})); err != nil {
 		return h.fail(c, s, http.StatusServiceUnavailable, "The bundle is not sent: its download could not be recorded in the audit log.")
 	}
 	tenants := make([]string, 0, len(records))

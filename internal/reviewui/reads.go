@@ -73,15 +73,5 @@ func (h *Handler) recordReads(r *http.Request, s *session, caps []*capture.Captu
 	return errs
 }
 
-// firstErr is the first non-nil error of errs.
-func firstErr(errs []error) error { return errors.Join(filterNil(errs)...) }
-
-func filterNil(errs []error) []error {
-	var out []error
-	for _, e := range errs {
-		if e != nil {
-			out = append(out, e)
-		}
-	}
-	return out
-}
+// joinErrs joins the errors of errs; nil when all are nil.
+func joinErrs(errs []error) error { return errors.Join(errs...) }
