@@ -11,6 +11,7 @@ package reviewui_test
 // directory's sandboxd-artifacts).
 
 import (
+	"bytes"
 	"compress/gzip"
 	"context"
 	"crypto/sha256"
@@ -18,6 +19,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"image"
+	"image/color"
+	"image/draw"
+	"image/png"
 	"io"
 	"log/slog"
 	"net"
@@ -28,6 +33,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -44,8 +50,10 @@ import (
 	"github.com/sandboxd/sandboxd/internal/forensics/audit"
 	"github.com/sandboxd/sandboxd/internal/forensics/capture"
 	"github.com/sandboxd/sandboxd/internal/httpapi"
+	"github.com/sandboxd/sandboxd/internal/jobproto"
 	"github.com/sandboxd/sandboxd/internal/logbuf"
 	"github.com/sandboxd/sandboxd/internal/metrics"
+	"github.com/sandboxd/sandboxd/internal/sessions"
 	"github.com/sandboxd/sandboxd/internal/store"
 	"github.com/sandboxd/sandboxd/profiles"
 	"github.com/sandboxd/sandboxd/runner"
@@ -60,8 +68,82 @@ const hostileArticle = `<!DOCTYPE html><html><head><title>Harbour news</title>
 <p>"><img src=x onerror=alert(1)> and </textarea><script>window.__pwned=2</script></p>
 </body></html>`
 
-// fakeEngine runs nothing and answers as a finished run.
+// fakeEngine runs nothing and answers as a finished run; its sessions
+// answer as a notebook would (fakeSandbox).
 type fakeEngine struct{}
+
+func (fakeEngine) OpenSession(ctx context.Context, spec *runner.Spec, opts runner.SessionOptions) (sessions.Sandbox, error) {
+	return &fakeSandbox{id: spec.ID, files: map[string][]byte{}, done: make(chan struct{})}, nil
+}
+
+// fakeSandbox answers a call by what its code says: "df.head()" gives a
+// table, "plot" a bar chart (and a figure that is not a PNG), "raise" a
+// ValueError; every call prints a line and its last expression's repr.
+type fakeSandbox struct {
+	id    string
+	mu    sync.Mutex
+	files map[string][]byte
+	done  chan struct{}
+	once  sync.Once
+}
+
+func (s *fakeSandbox) ID() string      { return s.id }
+func (s *fakeSandbox) ImageID() string { return "sha256:fake" }
+func (s *fakeSandbox) Exec(ctx context.Context, call *runner.SessionCall) (*runner.SessionResult, error) {
+	code := string(call.Code)
+	res := &runner.SessionResult{Result: runner.Result{Status: runner.StatusOK, ImageID: "sha256:fake", Duration: 42 * time.Millisecond,
+		Stdout: []byte("rows: 5\n<script>document.title='PWNED-STDOUT'</script>\n")}, ChargeCPU: 30 * time.Millisecond, MemoryBytes: 40 << 20}
+	switch {
+	case strings.Contains(code, "raise"):
+		res.Status, res.ExitCode, res.Stdout = runner.StatusError, 1, nil
+		res.Stderr = []byte("Traceback (most recent call last):\n  File \"<cell>\", line 1, in <module>\nKeyError: 'revenue'\n")
+		res.Exception = &jobproto.Exception{Type: "KeyError", Message: "'revenue'", Traceback: string(res.Stderr)}
+	case strings.Contains(code, "df.head()"):
+		res.Results = []jobproto.RichResult{{Kind: jobproto.ResultTable, Text: "   month  sales\n0    jan    120\n1    feb    135\n2    mar    160\n3    apr    150\n4    may    190\n\n[5 rows x 2 columns]"}}
+	case strings.Contains(code, "plot"):
+		res.Results = []jobproto.RichResult{{Kind: jobproto.ResultRepr, Text: "<Axes: title={'center': 'Sales by month'}>"},
+			{Kind: jobproto.ResultPNG, Data: chartPNG()}, {Kind: jobproto.ResultPNG, Data: []byte("<html><script>alert(1)</script>")}}
+	}
+	return res, nil
+}
+func (s *fakeSandbox) PutFiles(ctx context.Context, files []jobproto.File) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, f := range files {
+		s.files[f.Path] = f.Content
+	}
+	return nil
+}
+func (s *fakeSandbox) GetFile(ctx context.Context, path string, maxBytes int64) (*runner.OutFile, string, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	b, ok := s.files[path]
+	if !ok {
+		return nil, "", runner.ErrNoFile
+	}
+	return &runner.OutFile{Path: path, Mode: 0o644, Content: b}, "", nil
+}
+func (s *fakeSandbox) Close(reason string)         { s.once.Do(func() { close(s.done) }) }
+func (s *fakeSandbox) Done() <-chan struct{}       { return s.done }
+func (s *fakeSandbox) EndReason() (string, string) { return "", "" }
+func (s *fakeSandbox) Uncharged() time.Duration    { return 0 }
+
+// chartPNG draws a bar chart, as matplotlib would send one.
+func chartPNG() []byte {
+	img := image.NewRGBA(image.Rect(0, 0, 480, 300))
+	draw.Draw(img, img.Bounds(), image.NewUniform(color.White), image.Point{}, draw.Src)
+	axis := image.NewUniform(color.RGBA{40, 40, 40, 255})
+	draw.Draw(img, image.Rect(50, 20, 52, 262), axis, image.Point{}, draw.Src)
+	draw.Draw(img, image.Rect(50, 260, 460, 262), axis, image.Point{}, draw.Src)
+	bar := image.NewUniform(color.RGBA{31, 119, 180, 255})
+	for i, v := range []int{120, 135, 160, 150, 190} {
+		x := 70 + i*78
+		draw.Draw(img, image.Rect(x, 260-v, x+50, 260), bar, image.Point{}, draw.Src)
+	}
+	var b bytes.Buffer
+	_ = png.Encode(&b, img)
+	return b.Bytes()
+}
 
 func (fakeEngine) Run(ctx context.Context, spec *runner.Spec) (*runner.Result, error) {
 	return &runner.Result{Status: runner.StatusOK, Stdout: []byte("<script>document.title='PWNED-EXEC'</script>\n"), ImageID: "sha256:fake"}, nil
@@ -170,7 +252,13 @@ func startServer(t *testing.T) *env {
 // post sends an agent's request and fails on anything but 200.
 func (e *env) post(t *testing.T, path, body, session string) map[string]any {
 	t.Helper()
-	req, _ := http.NewRequest(http.MethodPost, e.base+path, strings.NewReader(body))
+	return e.call(t, http.MethodPost, path, body, session, 200)
+}
+
+// call sends an agent's request and fails on any status but want.
+func (e *env) call(t *testing.T, method, path, body, session string, want int) map[string]any {
+	t.Helper()
+	req, _ := http.NewRequest(method, e.base+path, strings.NewReader(body))
 	req.Header.Set("Authorization", "Bearer "+e.agent)
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("X-Session-Id", session)
@@ -180,8 +268,8 @@ func (e *env) post(t *testing.T, path, body, session string) map[string]any {
 	}
 	defer resp.Body.Close()
 	raw, _ := io.ReadAll(resp.Body)
-	if resp.StatusCode != 200 {
-		t.Fatalf("POST %s: %d %s", path, resp.StatusCode, raw)
+	if resp.StatusCode != want {
+		t.Fatalf("%s %s: %d %s", method, path, resp.StatusCode, raw)
 	}
 	var m map[string]any
 	if err := json.Unmarshal(raw, &m); err != nil {
@@ -199,6 +287,17 @@ func TestBrowserReview(t *testing.T) {
 	if fetched["capture_id"] == nil {
 		t.Fatalf("the fetch has no capture: %v", fetched)
 	}
+	// A notebook session: a file, a table, a fetch between calls, a
+	// figure, a call sent under another X-Session-Id that fails, a file
+	// read back, the end.
+	ses, _ := e.call(t, http.MethodPost, "/sessions", `{"profile":"data"}`, session, 201)["id"].(string)
+	e.post(t, "/sessions/"+ses+"/files", `{"files":[{"path":"sales.csv","content":"bW9udGgsc2FsZXMKamFuLDEyMApmZWIsMTM1Cg=="}]}`, session)
+	e.post(t, "/sessions/"+ses+"/exec", `{"code":"import pandas as pd\ndf = pd.read_csv(\"sales.csv\")\nprint(\"rows:\", len(df))\ndf.head()"}`, session)
+	e.post(t, "/fetch", fmt.Sprintf(`{"url":"http://%s/article","profile":"pages"}`, e.hostP), session)
+	e.post(t, "/sessions/"+ses+"/exec", `{"code":"import matplotlib.pyplot as plt\nax = df.plot.bar(x=\"month\", y=\"sales\", title=\"Sales by month\")\nplt.savefig(\"out/sales.png\")\nax"}`, session)
+	e.post(t, "/sessions/"+ses+"/exec", `{"code":"df[\"revenue\"].sum()  # raise"}`, "agent-run-8")
+	e.call(t, http.MethodGet, "/sessions/"+ses+"/files/sales.csv", "", session, 200)
+	e.call(t, http.MethodDelete, "/sessions/"+ses, "", session, 200)
 
 	var chromeOut logbuf.Buffer
 	opts := append(chromedp.DefaultExecAllocatorOptions[:],
@@ -208,7 +307,7 @@ func TestBrowserReview(t *testing.T) {
 		// exploit the browser, and this browser only opens sandboxd's own
 		// page on loopback. Only this test browser runs without it.
 		chromedp.NoSandbox,
-		chromedp.WindowSize(1400, 1000),
+		chromedp.WindowSize(1280, 1000),
 		chromedp.CombinedOutput(&chromeOut),
 	)
 	actx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
@@ -217,7 +316,8 @@ func TestBrowserReview(t *testing.T) {
 	defer cancel()
 	// The browser lives as long as ctx, so the whole test is bounded by
 	// a timer rather than a deadline on ctx (see chromedp.Run).
-	guard := time.AfterFunc(90*time.Second, cancel)
+	began := time.Now()
+	guard := time.AfterFunc(150*time.Second, cancel)
 	defer guard.Stop()
 	defer func() {
 		if t.Failed() {
@@ -273,7 +373,7 @@ func TestBrowserReview(t *testing.T) {
 		if err := os.WriteFile(p, png, 0o644); err != nil {
 			t.Fatal(err)
 		}
-		t.Logf("screenshot: %s", p)
+		t.Logf("screenshot: %s (%s into the test)", p, time.Since(began).Round(time.Millisecond))
 	}
 
 	// An agent key is refused.
@@ -316,11 +416,17 @@ func TestBrowserReview(t *testing.T) {
 		t.Fatalf("no session cookie in the browser: %v", cookies)
 	}
 
+	// The list fits 1280 px: no horizontal scroll.
+	if !eval(`document.documentElement.scrollWidth <= window.innerWidth`) {
+		t.Errorf("the list is wider than the window: %s", text("#records thead"))
+	}
+	screenshot("ui-list.png")
+
 	// Filter: fetches from news.test.
 	do("filtering", chromedp.SetValue(chromedp.CSS("#kind"), "fetch"), chromedp.SendKeys(chromedp.CSS("#host"), "news.test"), chromedp.Click(chromedp.CSS("#search")))
 	waitURL("host=news.test")
 	do("the results", chromedp.WaitVisible(chromedp.CSS("#records")))
-	if !eval(`document.querySelectorAll("#records tbody tr").length === 1`) {
+	if !eval(`document.querySelectorAll("#records tbody tr").length === 2`) {
 		t.Fatalf("filtered list: %s", text("#records"))
 	}
 	if rows := text("#records tbody"); !strings.Contains(rows, "fetch") || !strings.Contains(rows, session) {
@@ -365,16 +471,69 @@ func TestBrowserReview(t *testing.T) {
 	}
 	screenshot("ui-capture.png")
 
-	// The session's timeline, oldest first: the exec, then the fetch.
+	// The agent session's trace, oldest first: the exec, the fetch, the
+	// sandbox session's steps (those sent under agent-run-8 too).
 	do("back to the record", chromedp.Click(chromedp.CSS("a.record-link")))
 	waitURL("/ui/audit/")
 	do("the timeline", chromedp.WaitVisible(chromedp.CSS("#timeline")), chromedp.Click(chromedp.CSS("a#timeline")))
 	waitURL("/ui/session?")
-	do("the timeline", chromedp.WaitVisible(chromedp.CSS("ol#timeline")))
-	if !eval(`(() => { const li = document.querySelectorAll("ol#timeline li"); return li.length === 2 && li[0].classList.contains("kind-exec") && li[1].classList.contains("kind-fetch") })()`) {
-		t.Fatalf("timeline: %q", text("ol#timeline"))
+	do("the trace", chromedp.WaitVisible(chromedp.CSS("ol#timeline")))
+	if !eval(`(() => { const li = document.querySelectorAll("ol#timeline li.step"); return li.length === 10 && li[0].classList.contains("kind-exec") && li[1].classList.contains("kind-fetch") && li[2].classList.contains("kind-start") })()`) {
+		t.Fatalf("trace: %q", text("ol#timeline"))
 	}
-	screenshot("ui-timeline.png")
+	if tl := text("ol#timeline"); !strings.Contains(tl, "agent-run-8") || !strings.Contains(tl, "KeyError") {
+		t.Errorf("the call sent under agent-run-8 is not in the trace: %q", tl)
+	}
+
+	// The sandbox session's trace: header, steps with code, output,
+	// table, thumbnails, the fetch made while it ran.
+	do("the sandbox session", chromedp.Click(chromedp.CSS("#sandboxes a")))
+	waitURL("/ui/session?id=ses_")
+	do("the trace", chromedp.WaitVisible(chromedp.CSS("ol#timeline")), chromedp.WaitVisible(chromedp.CSS("img.thumb")))
+	head := text("#trace-head")
+	for _, want := range []string{"ended", "acme", "agent-1", "data", "Calls", "3, 1 failed", "1 fetch", "2 file transfers", "agent-run-7", "agent-run-8", "Agent sessions"} {
+		if !strings.Contains(head, want) {
+			t.Errorf("the trace's header lacks %q: %q", want, head)
+		}
+	}
+	tl := text("ol#timeline")
+	for _, want := range []string{"df = pd.read_csv", "rows: 5", "month  sales", "Sales by month", "KeyError: 'revenue'", "sales.csv", "Harbour news", "news.test"} {
+		if !strings.Contains(tl, want) {
+			t.Errorf("the trace lacks %q", want)
+		}
+	}
+	waitImages := func(sel string) {
+		t.Helper()
+		deadline := time.Now().Add(10 * time.Second)
+		for !eval(`[...document.querySelectorAll("` + sel + `")].every(i => i.complete && i.naturalWidth > 0)`) {
+			if time.Now().After(deadline) {
+				t.Fatalf("the figures %s did not load", sel)
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+	waitImages("img.thumb")
+	if !eval(`document.querySelectorAll("img.thumb").length === 1 && document.documentElement.scrollWidth <= window.innerWidth`) {
+		t.Errorf("thumbnails or width of the trace")
+	}
+	if title, _ := chromedp.Run(ctx, chromedp.Title()); strings.Contains(title, "PWNED") {
+		t.Errorf("title %q", title)
+	}
+	screenshot("ui-trace.png")
+
+	// A step expands in place: the figure at full size.
+	do("expanding the figure's call", chromedp.Click(chromedp.CSS("li.kind-call:has(img.thumb) details.expand summary")),
+		chromedp.WaitVisible(chromedp.CSS("li.kind-call:has(img.thumb) details[open] img.figure")))
+	waitImages("details[open] img.figure")
+	do("scrolling to the figure", chromedp.ScrollIntoView(chromedp.CSS("details[open] img.figure")))
+	screenshot("ui-figure.png")
+	if !eval(`document.querySelectorAll("script").length === 0 && typeof window.__pwned === "undefined"`) {
+		t.Error("a script ran on the trace")
+	}
+
+	// The agent session's trace again, for the exec record.
+	do("back to the agent session", chromedp.Navigate(e.base+"/ui/session?id="+session))
+	do("the trace", chromedp.WaitVisible(chromedp.CSS("ol#timeline")))
 
 	// The exec record shows its code and output as text.
 	do("opening the exec", chromedp.Click(chromedp.CSS("ol#timeline li.kind-exec a.record-link")))

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"html/template"
 	"io"
+	"maps"
 	"net/url"
 	"slices"
 	"strconv"
@@ -21,6 +22,7 @@ import (
 	"golang.org/x/net/html/charset"
 
 	"github.com/sandboxd/sandboxd/internal/forensics/audit"
+	"github.com/sandboxd/sandboxd/internal/forensics/capture"
 )
 
 // Display limits.
@@ -229,6 +231,48 @@ func sizeOf(n int64) string {
 	return strconv.FormatInt(n, 10) + " B"
 }
 
+// actionsFor is the actions template's data.
+type actionsFor struct {
+	A Actions
+	C *capture.Capture
+}
+
+// statusClass is the CSS class of a status: good, bad or neutral.
+func statusClass(s string) string {
+	switch s {
+	case "ok":
+		return "st st-ok"
+	case "", "ended", "deleted", "erased", "start":
+		return "st st-neutral"
+	}
+	return "st st-bad"
+}
+
+// durationOf is a record's duration (total, else run), or "".
+func durationOf(m map[string]int64) string {
+	v, ok := m["total"]
+	if !ok {
+		v, ok = m["run"]
+	}
+	if !ok {
+		return ""
+	}
+	return fmtDuration(time.Duration(v) * time.Millisecond)
+}
+
+// fmtDuration writes d for reading: 340 ms, 1.2 s, 3 min 4 s, 2 h 5 min.
+func fmtDuration(d time.Duration) string {
+	switch {
+	case d < time.Second:
+		return strconv.FormatInt(d.Milliseconds(), 10) + " ms"
+	case d < time.Minute:
+		return strconv.FormatFloat(d.Seconds(), 'f', 1, 64) + " s"
+	case d < time.Hour:
+		return fmt.Sprintf("%d min %d s", int(d.Minutes()), int(d.Seconds())%60)
+	}
+	return fmt.Sprintf("%d h %d min", int(d.Hours()), int(d.Minutes())%60)
+}
+
 // funcs are the templates' helpers. Each returns plain strings:
 // html/template escapes them for where they appear.
 var funcs = template.FuncMap{
@@ -288,6 +332,28 @@ var funcs = template.FuncMap{
 		}
 		return strconv.Itoa(*p)
 	},
-	"visible": visible,
-	"has":     func(list []string, s string) bool { return slices.Contains(list, s) },
+	"visible":     visible,
+	"figureURL":   figureURL,
+	"statusClass": statusClass,
+	"durationOf":  durationOf,
+	"ms":          func(n int64) string { return fmtDuration(time.Duration(n) * time.Millisecond) },
+	"dur":         fmtDuration,
+	"durs": func(m map[string]int64) string {
+		keys := slices.Sorted(maps.Keys(m))
+		parts := make([]string, len(keys))
+		for i, k := range keys {
+			parts[i] = k + " " + fmtDuration(time.Duration(m[k])*time.Millisecond)
+		}
+		return strings.Join(parts, ", ")
+	},
+	"lane": func(i int) string {
+		if i < 0 {
+			return "lane-none"
+		}
+		return "lane-" + strconv.Itoa(i)
+	},
+	"trimFiles": func(s string) string { return strings.TrimPrefix(s, "files/") },
+	// act pairs a page's actions with a capture for the actions template.
+	"act": func(a Actions, c *capture.Capture) actionsFor { return actionsFor{A: a, C: c} },
+	"has": func(list []string, s string) bool { return slices.Contains(list, s) },
 }

@@ -16,7 +16,8 @@ import (
 // /ui/, and everything under /ui/ is the page's, answered with its
 // security headers.
 //
-// The page is read with GET (and HEAD); sign-in and sign-out are POST.
+// The page is read with GET (and HEAD); sign-in, sign-out, holds,
+// erasures and bundle downloads are POST.
 // Any other path or method under /ui/ is the page's "no such page"
 // (404), except that a path that is not clean (//, . or .. segments) is
 // redirected to its clean form (307), and a path written with needless
@@ -45,7 +46,11 @@ func (h *Handler) Register(g *echo.Group) {
 	page("/audit/:id", h.segment("id", h.signedIn(h.auditRecord)), nil)
 	page("/captures/:id", h.signedIn(h.captureView), nil)
 	page("/captures/:id/part", h.signedIn(h.capturePart), nil)
+	page("/captures/:id/figure", h.signedIn(h.figure), nil)
+	page("/captures/:id/hold", nil, h.signedIn(h.holdCapture))
+	page("/captures/:id/erase", nil, h.signedIn(h.eraseCapture))
 	page("/session", h.signedIn(h.sessionTimeline), nil)
+	page("/bundle", nil, h.signedIn(h.bundleDownload))
 	page("/*", nil, nil)
 }
 

@@ -1,9 +1,12 @@
 // Package reviewui is the review page: a server-rendered web page at /ui/ for
 // investigators, served by sandboxd itself. A reviewer signs in with an API
 // key (reviewer, security or admin role; agent keys are refused), searches
-// the audit log, opens a record with its code, outputs and every egress
-// decision, reads a fetch capture's returned text beside its raw source,
-// and follows one agent session as a timeline.
+// the audit log, opens a record with its code, outputs, results and every
+// egress decision, reads a fetch capture's returned text beside its raw
+// source, follows a session as a trace (trace.go), sees figures as images
+// the page re-encodes (figures.go), downloads evidence bundles (bundle.go)
+// and, with the security or admin role, holds and erases captures
+// (actions.go).
 //
 // The page is plain HTML from html/template and one CSS file, both
 // embedded; it has no JavaScript. Every response carries a strict
@@ -23,7 +26,8 @@
 // the reviewer, security or admin role ends its sessions, and the roles
 // that decide what the page shows are the key's current ones. Sign-in and
 // sign-out are POST forms that carry a CSRF token (sign-in: an HMAC-signed
-// double-submit cookie; sign-out: the session's own token), and both check
+// double-submit cookie; sign-out, holds, erasures and bundle downloads: the
+// session's own token), and all check
 // that the request comes from this origin (Sec-Fetch-Site, Origin,
 // Referer).
 //

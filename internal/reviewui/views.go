@@ -7,8 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"net/url"
-	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -20,177 +18,6 @@ import (
 	"github.com/sandboxd/sandboxd/internal/forensics/capture"
 )
 
-// ---- the audit log ----
-
-// auditForm is the search form as typed, shown back to the reviewer.
-type auditForm struct {
-	Tenant, Kind, Status, Profile, Session, CodeSHA256, Host, Subject, Since, Until string
-	Limit                                                                           int
-}
-
-type auditData struct {
-	Form    auditForm
-	Admin   bool
-	Tenant  string // the session's tenant
-	Kinds   []string
-	Limits  []int
-	Records []audit.Record
-	// Newest goes back to the first page; Older to the next one ("" when
-	// there is none).
-	Newest, Older string
-	Error         string
-}
-
-var kinds = []string{audit.KindExec, audit.KindFetch, audit.KindProfileReload, audit.KindKeysReload,
-	audit.KindCaptureErase, audit.KindCaptureHold, audit.KindCaptureDelete, audit.KindCaptureRead, audit.KindAdmin, audit.KindSession}
-
-var (
-	sha256Pattern = regexp.MustCompile(`^[0-9a-fA-F]{64}$`)
-	limits        = []int{25, 50, 100, 200, 500}
-)
-
-const defaultLimit = 50
-
-// userError is a refusal to show on the page.
-type userError struct {
-	status int
-	msg    string
-}
-
-func (e *userError) Error() string { return e.msg }
-
-// otherTenant refuses a search of another tenant than the session's.
-func otherTenant(s *session) error {
-	return &userError{status: http.StatusForbidden, msg: fmt.Sprintf("Key %s may read the audit records of tenant %s only.", s.KeyID(), s.Tenant())}
-}
-
-func badRequest(format string, a ...any) error {
-	return &userError{status: http.StatusBadRequest, msg: fmt.Sprintf(format, a...)}
-}
-
-// timeLayouts are what the since and until fields accept: RFC 3339 and
-// what a datetime-local input sends (taken as UTC).
-var timeLayouts = []string{time.RFC3339Nano, "2006-01-02T15:04:05", "2006-01-02T15:04", "2006-01-02"}
-
-func parseTime(v string) (time.Time, bool) {
-	for _, l := range timeLayouts {
-		if t, err := time.Parse(l, v); err == nil {
-			return t.UTC(), true
-		}
-	}
-	return time.Time{}, false
-}
-
-// formatLocal writes t as a datetime-local input's value (UTC).
-func formatLocal(t time.Time) string { return t.UTC().Format("2006-01-02T15:04:05") }
-
-// auditFilter reads the search form with the JSON API's rules (the key's
-// Scope): a reviewer or security key reads its own tenant only; an admin
-// any tenant.
-func auditFilter(q url.Values, s *session) (audit.Filter, auditForm, error) {
-	get := func(n string) string { return strings.TrimSpace(q.Get(n)) }
-	form := auditForm{Tenant: get("tenant"), Kind: get("kind"), Status: get("status"), Profile: get("profile"), Session: get("session"),
-		CodeSHA256: get("code_sha256"), Host: get("host"), Subject: get("subject"), Since: get("since"), Until: get("until"), Limit: defaultLimit}
-	f := audit.Filter{Tenant: form.Tenant, Kind: form.Kind, Status: form.Status, Profile: form.Profile, Session: form.Session,
-		CodeSHA256: form.CodeSHA256, Host: form.Host, Subject: form.Subject, Cursor: get("cursor")}
-	scoped, ok := s.key.Scope(f.Tenant)
-	if !ok {
-		return f, form, otherTenant(s)
-	}
-	f.Tenant, form.Tenant = scoped, scoped
-	if f.CodeSHA256 != "" && !sha256Pattern.MatchString(f.CodeSHA256) {
-		return f, form, badRequest("Code sha256 must be 64 hex digits.")
-	}
-	for _, p := range []struct {
-		name string
-		in   *string
-		dst  *time.Time
-	}{{"since", &form.Since, &f.Since}, {"until", &form.Until, &f.Until}} {
-		if *p.in == "" {
-			continue
-		}
-		t, ok := parseTime(*p.in)
-		if !ok {
-			return f, form, badRequest("%s must be a time such as 2026-11-30T12:00:00Z (a time without a zone is UTC).", strings.ToUpper(p.name[:1])+p.name[1:])
-		}
-		*p.dst, *p.in = t, formatLocal(t)
-	}
-	if v := get("limit"); v != "" {
-		n, err := strconv.Atoi(v)
-		if err != nil || n < 1 || n > audit.MaxLimit {
-			return f, form, badRequest("The page size must be 1 to %d.", audit.MaxLimit)
-		}
-		form.Limit = n
-	}
-	f.Limit = form.Limit
-	if f.Cursor != "" {
-		if n, err := strconv.ParseInt(f.Cursor, 10, 64); err != nil || n <= 0 {
-			return f, form, badRequest("The page cursor is not one this log gave out; start again from the newest records.")
-		}
-	}
-	return f, form, nil
-}
-
-// query builds the search's URL for a cursor ("" for the first page).
-func (f auditForm) query(admin bool, cursor string) string {
-	v := url.Values{}
-	set := func(k, val string) {
-		if val != "" {
-			v.Set(k, val)
-		}
-	}
-	if admin {
-		set("tenant", f.Tenant)
-	}
-	set("kind", f.Kind)
-	set("status", f.Status)
-	set("profile", f.Profile)
-	set("session", f.Session)
-	set("code_sha256", f.CodeSHA256)
-	set("host", f.Host)
-	set("subject", f.Subject)
-	set("since", f.Since)
-	set("until", f.Until)
-	if f.Limit != defaultLimit {
-		v.Set("limit", strconv.Itoa(f.Limit))
-	}
-	set("cursor", cursor)
-	if len(v) == 0 {
-		return Prefix + "audit"
-	}
-	return Prefix + "audit?" + v.Encode()
-}
-
-func (h *Handler) auditList(c echo.Context, s *session) error {
-	r := c.Request()
-	d := auditData{Admin: s.Admin(), Tenant: s.Tenant(), Kinds: kinds, Limits: limits}
-	f, form, err := auditFilter(r.URL.Query(), s)
-	d.Form = form
-	if err != nil {
-		var ue *userError
-		status := http.StatusBadRequest
-		if errors.As(err, &ue) {
-			status = ue.status
-		}
-		d.Error = err.Error()
-		return h.render(c, status, "audit", page{Title: "Audit log", Session: s, Data: d})
-	}
-	recs, next, err := h.cfg.Audit.Query(r.Context(), f)
-	if err != nil {
-		h.log.Error("querying the audit log failed", "err", err)
-		d.Error = "The audit log could not be read; the log says why."
-		return h.render(c, http.StatusInternalServerError, "audit", page{Title: "Audit log", Session: s, Data: d})
-	}
-	d.Records = recs
-	if f.Cursor != "" {
-		d.Newest = form.query(d.Admin, "")
-	}
-	if next != "" {
-		d.Older = form.query(d.Admin, next)
-	}
-	return h.render(c, http.StatusOK, "audit", page{Title: "Audit log", Session: s, Data: d})
-}
-
 // ---- one record ----
 
 type recordData struct {
@@ -198,6 +25,25 @@ type recordData struct {
 	Captures []*captureData
 	// Missing explains captures that cannot be shown.
 	Missing []string
+	// Prev is the record before this one in the chain when the session
+	// may see it; PrevSeq its number either way.
+	Prev    *audit.Record
+	PrevSeq int64
+	// Request are the other records of the same request (found among
+	// the records of the quarter hour before this one).
+	Request []audit.Record
+	Actions
+}
+
+// Actions are what a capture section offers beside its content: the
+// hold and erase forms for security and admin keys, the bundle form, and
+// the outcome of the last action.
+type Actions struct {
+	CanAct bool
+	CSRF   string
+	// Back is where the forms return to.
+	Back string
+	Done string
 }
 
 // visibleRecord loads a record the session may see.
@@ -271,16 +117,57 @@ func (h *Handler) auditRecord(c echo.Context, s *session) error {
 	if err != nil {
 		return h.showError(c, s, err)
 	}
-	d := recordData{R: rec}
+	d := recordData{R: rec, PrevSeq: rec.Seq - 1, Actions: h.actions(c, s)}
+	got, missing := h.readMany(r, s, rec.CaptureIDs, "view", "")
 	for _, id := range rec.CaptureIDs {
-		cp, err := h.readCapture(r, s, id, "view", "")
-		if err != nil {
-			d.Missing = append(d.Missing, err.Error())
-			continue
+		if cp := got[id]; cp != nil {
+			d.Captures = append(d.Captures, viewCapture(cp))
+		} else if why := missing[id]; why != "" {
+			d.Missing = append(d.Missing, why)
 		}
-		d.Captures = append(d.Captures, viewCapture(cp))
 	}
-	return h.render(c, http.StatusOK, "record", page{Title: "Record " + rec.ID, Session: s, Data: d})
+	if rec.Seq > 1 {
+		// The record before in the chain: any tenant's, shown only when
+		// the key may see it.
+		if prev, _, err := h.cfg.Audit.Query(r.Context(), audit.Filter{Cursor: strconv.FormatInt(rec.Seq, 10), Limit: 1}); err == nil && len(prev) == 1 && s.key.CanSee(prev[0].Tenant) {
+			d.Prev = &prev[0]
+		}
+	}
+	d.Request = h.sameRequest(r, s, rec)
+	return h.render(c, http.StatusOK, "record", page{Title: rec.Kind + " record " + rec.ID, Session: s, Data: d})
+}
+
+// sameRequest finds the other records of rec's request: the log has no
+// index of request ids, so it looks among the tenant's records of the 15
+// minutes up to a minute after rec (a request's records are written
+// while it runs), at most two pages.
+func (h *Handler) sameRequest(r *http.Request, s *session, rec *audit.Record) []audit.Record {
+	if rec.RequestID == "" {
+		return nil
+	}
+	tenant := rec.Tenant
+	if !s.key.CanSee(tenant) {
+		return nil
+	}
+	f := audit.Filter{Tenant: tenant, Since: rec.Time.Add(-15 * time.Minute), Until: rec.Time.Add(time.Minute), Limit: audit.MaxLimit}
+	var out []audit.Record
+	for range 2 {
+		recs, next, err := h.cfg.Audit.Query(r.Context(), f)
+		if err != nil {
+			return out
+		}
+		for _, o := range recs {
+			if o.RequestID == rec.RequestID && o.ID != rec.ID {
+				out = append(out, o)
+			}
+		}
+		if next == "" {
+			break
+		}
+		f.Cursor = next
+	}
+	slices.Reverse(out)
+	return out
 }
 
 // ---- captures ----
@@ -301,7 +188,8 @@ func (h *Handler) captureView(c echo.Context, s *session) error {
 	return h.render(c, http.StatusOK, "capture", page{Title: "Capture " + cp.ID, Session: s, Data: struct {
 		C       *captureData
 		Records []audit.Record
-	}{viewCapture(cp), recs}})
+		Actions
+	}{viewCapture(cp), recs, h.actions(c, s)}})
 }
 
 // capturePart sends one part's bytes as a download that never renders, as
@@ -352,11 +240,37 @@ type partInfo struct {
 type execView struct {
 	Code, Stdin, Stdout, Stderr textView
 	Inputs, Outputs             []textView
+	// Results are a session call's results: repr and table text, figures.
+	Results []resultView
+}
+
+// resultView is one result of a session call (part result.N).
+type resultView struct {
+	// N is the result's index; Kind repr, table or image/png.
+	N    int
+	Kind string
+	// Text holds a text result; Figure a figure that is a PNG image.
+	Text   textView
+	Figure *figureView
+	// Note says why a figure is not shown.
+	Note string
+}
+
+// figureView is a PNG part served as an image by the page itself.
+type figureView struct {
+	URL           string
+	Width, Height int
+	Size          int64
+	// Alt describes it for the img element.
+	Alt string
 }
 
 type fetchView struct {
-	Title    string
-	Returned textView
+	Title string
+	// Screenshot is the rendered page, when the fetch rendered it.
+	Screenshot     *figureView
+	ScreenshotNote string
+	Returned       textView
 	// ReturnedJSON is the whole answer the agent got.
 	ReturnedJSON textView
 	Raw          textView
@@ -384,6 +298,9 @@ func viewCapture(c *capture.Capture) *captureData {
 		for _, p := range c.Parts {
 			var dst *[]textView
 			switch {
+			case strings.HasPrefix(p.Name, "result."):
+				e.Results = append(e.Results, viewResult(c, &p))
+				continue
 			case strings.HasPrefix(p.Name, "input."):
 				dst = &e.Inputs
 			case strings.HasPrefix(p.Name, "output."):
@@ -409,6 +326,9 @@ func viewCapture(c *capture.Capture) *captureData {
 			f.Returned = textView{Name: "returned text", Note: "returned.json is missing or not JSON"}
 		}
 		f.Raw = viewRaw(part("raw"), string(part("headers")), c.Meta["charset"])
+		if p := c.Part("screenshot"); p != nil {
+			f.Screenshot, f.ScreenshotNote = viewFigure(c, p, "the rendered page")
+		}
 		d.Fetch = f
 	default:
 		for _, p := range c.Parts {
@@ -418,6 +338,30 @@ func viewCapture(c *capture.Capture) *captureData {
 		}
 	}
 	return d
+}
+
+// viewResult prepares result part p of capture c.
+func viewResult(c *capture.Capture, p *capture.Part) resultView {
+	n, _ := strconv.Atoi(strings.TrimPrefix(p.Name, "result."))
+	v := resultView{N: n, Kind: cmp.Or(c.Meta[p.Name], p.ContentType)}
+	if v.Kind == "image/png" || p.ContentType == "image/png" {
+		v.Kind = "image/png"
+		v.Figure, v.Note = viewFigure(c, p, fmt.Sprintf("figure %d of %s", n, cmp.Or(c.Meta["exec_id"], c.ID)))
+		return v
+	}
+	v.Text = viewText(v.Kind, p.Data)
+	return v
+}
+
+// viewFigure checks that part p is a PNG image the page may show (its
+// header decodes, and it is not too large to decode) and returns where
+// the page serves it, or why it is not shown.
+func viewFigure(c *capture.Capture, p *capture.Part, alt string) (*figureView, string) {
+	w, hgt, err := checkPNGConfig(p.Data)
+	if err != nil {
+		return nil, err.Error()
+	}
+	return &figureView{URL: figureURL(c.ID, p.Name), Width: w, Height: hgt, Size: p.Size, Alt: alt}, ""
 }
 
 // viewJSON indents a JSON part for reading.
@@ -431,65 +375,4 @@ func viewJSON(name string, b []byte) textView {
 		}
 	}
 	return viewText(name, b)
-}
-
-// ---- a session's timeline ----
-
-const timelineMax = 2000
-
-type timelineEntry struct {
-	audit.Record
-	// Offset is the time since the session's first record.
-	Offset time.Duration
-}
-
-type timelineData struct {
-	Session string
-	Tenant  string
-	Admin   bool
-	Entries []timelineEntry
-	// Cut: the session has more records than the timeline shows.
-	Cut   bool
-	Error string
-}
-
-func (h *Handler) sessionTimeline(c echo.Context, s *session) error {
-	r := c.Request()
-	q := r.URL.Query()
-	d := timelineData{Session: q.Get("id"), Admin: s.Admin()}
-	if d.Session == "" {
-		return h.fail(c, s, http.StatusBadRequest, "Name a session: /ui/session?id=SESSION.")
-	}
-	var ok bool
-	if d.Tenant, ok = s.key.Scope(q.Get("tenant")); !ok {
-		return h.showError(c, s, otherTenant(s))
-	}
-	f := audit.Filter{Tenant: d.Tenant, Session: d.Session, Limit: audit.MaxLimit}
-	var recs []audit.Record
-	for {
-		page, next, err := h.cfg.Audit.Query(r.Context(), f)
-		if err != nil {
-			h.log.Error("querying the audit log failed", "err", err)
-			return h.fail(c, s, http.StatusInternalServerError, "The audit log could not be read; the log says why.")
-		}
-		recs = append(recs, page...)
-		if next == "" {
-			break
-		}
-		if len(recs) >= timelineMax {
-			d.Cut = true
-			break
-		}
-		f.Cursor = next
-	}
-	if len(recs) > timelineMax {
-		recs, d.Cut = recs[:timelineMax], true
-	}
-	// Query answers newest first; a timeline reads oldest first. When cut,
-	// it shows the latest records.
-	slices.Reverse(recs)
-	for _, rec := range recs {
-		d.Entries = append(d.Entries, timelineEntry{Record: rec, Offset: rec.Time.Sub(recs[0].Time)})
-	}
-	return h.render(c, http.StatusOK, "session", page{Title: "Session " + d.Session, Session: s, Data: d})
 }
