@@ -321,6 +321,16 @@ func (s *Server) probe(ctx context.Context) error {
 	return readyCheck(ctx, s)
 }
 
+// Pid is the server process's id (for measuring its CPU time).
+func (s *Server) Pid() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.cmd == nil || s.cmd.Process == nil {
+		return 0
+	}
+	return s.cmd.Process.Pid
+}
+
 // Dir is the server's temporary directory (data, config, log).
 func (s *Server) Dir() string { return s.dir }
 

@@ -124,9 +124,6 @@ func (l *LocalObjects) Put(ctx context.Context, key string, data []byte) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	if err := l.mkdirs(filepath.Dir(p)); err != nil {
-		return err
-	}
 	f, err := os.CreateTemp(filepath.Join(l.dir, localTmp), "obj-*")
 	if err != nil {
 		return err
@@ -150,11 +147,23 @@ func (l *LocalObjects) Put(ctx context.Context, key string, data []byte) error {
 	if err := f.Close(); err != nil {
 		return err
 	}
-	if err := os.Rename(tmp, p); err != nil {
-		return err
+	parent := filepath.Dir(p)
+	for attempt := 0; ; attempt++ {
+		if err := l.mkdirs(parent); err != nil {
+			return err
+		}
+		err := os.Rename(tmp, p)
+		if err == nil {
+			break
+		}
+		if !errors.Is(err, fs.ErrNotExist) || attempt == 2 {
+			return err
+		}
+		// Delete removed the directory, empty, meanwhile.
+		l.dirs.Delete(parent)
 	}
 	ok = true
-	return l.syncDir(filepath.Dir(p))
+	return l.syncDir(parent)
 }
 
 // mkdirs makes dir and its parents under l.dir, each entry durable.
@@ -188,8 +197,9 @@ func (l *LocalObjects) Get(ctx context.Context, key string) ([]byte, error) {
 	return b, err
 }
 
-// Delete implements ObjectStore. Directories left empty stay (a later
-// object of the same shard reuses them).
+// Delete implements ObjectStore. The object's directory goes too when
+// that leaves it empty (the capture store keeps a capture's objects in a
+// directory of their own); directories above it stay.
 func (l *LocalObjects) Delete(ctx context.Context, key string) error {
 	p, err := l.path(key)
 	if err != nil {
@@ -201,7 +211,15 @@ func (l *LocalObjects) Delete(ctx context.Context, key string) error {
 		}
 		return err
 	}
-	return l.syncDir(filepath.Dir(p))
+	parent := filepath.Dir(p)
+	if err := l.syncDir(parent); err != nil {
+		return err
+	}
+	if parent != l.dir && os.Remove(parent) == nil {
+		l.dirs.Delete(parent)
+		return l.syncDir(filepath.Dir(parent))
+	}
+	return nil
 }
 
 // List implements ObjectStore.

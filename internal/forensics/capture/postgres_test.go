@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -516,6 +518,16 @@ func TestLocalObjects(t *testing.T) {
 	}
 	if err := o.Delete(bg, "c/ab/one"); err != nil {
 		t.Fatalf("second Delete: %v", err)
+	}
+	// A directory its last object leaves goes with it.
+	if err := o.Delete(bg, "c/cd/three"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "c", "cd")); !os.IsNotExist(err) {
+		t.Fatalf("the emptied directory stays: %v", err)
+	}
+	if err := o.Put(bg, "c/cd/again", []byte("x")); err != nil {
+		t.Fatalf("Put into a removed directory: %v", err)
 	}
 	for _, k := range []string{"", "/a", "a/", "../a", "a/../../b", ".tmp/x"} {
 		if err := o.Put(bg, k, nil); err == nil {
