@@ -20,7 +20,9 @@ func TestMain(m *testing.M) {
 		crashChild(dir, os.Getenv("CAPTURE_CRASH_CHILD_KEY"), os.Getenv("CAPTURE_CRASH_CHILD_SEED"))
 		return
 	}
-	os.Exit(m.Run())
+	code := m.Run()
+	stopServers()
+	os.Exit(code)
 }
 
 var errCrash = errors.New("simulated crash")

@@ -5,11 +5,14 @@ import (
 	"crypto/aes"
 	"crypto/cipher"
 	"crypto/hmac"
+	"crypto/rand"
 	"crypto/sha256"
 	"encoding/base64"
 	"encoding/hex"
+	"encoding/json"
 	"fmt"
 	"os"
+	"strings"
 )
 
 // keys are the subkeys derived from the key file's 32 bytes. The master
@@ -97,4 +100,78 @@ func (k *keys) address(data []byte, sum [32]byte) string {
 	m := hmac.New(sha256.New, k.addr)
 	m.Write(data)
 	return hex.EncodeToString(m.Sum(nil))
+}
+
+// sealMeta returns a capture's sealed Meta (the Meta column of both
+// stores): JSON, or with encryption 0x01, a nonce
+// and the AES-GCM sealed JSON bound to the capture id.
+func (k *keys) sealMeta(id string, m map[string]string) ([]byte, error) {
+	if len(m) == 0 {
+		return nil, nil
+	}
+	js, err := json.Marshal(m)
+	if err != nil {
+		return nil, err
+	}
+	if k == nil {
+		return js, nil
+	}
+	ns := k.aead.NonceSize()
+	out := make([]byte, 1+ns, 1+ns+len(js)+k.aead.Overhead())
+	out[0] = 1
+	if _, err := rand.Read(out[1:]); err != nil {
+		return nil, err
+	}
+	return k.aead.Seal(out, out[1:], js, []byte("capture meta "+id)), nil
+}
+
+func (k *keys) openMeta(id string, b []byte) (map[string]string, error) {
+	if len(b) == 0 {
+		return nil, nil
+	}
+	if b[0] == 1 {
+		if k == nil {
+			return nil, fmt.Errorf("%w: capture %s has encrypted metadata and the store was opened without a key", errKey, id)
+		}
+		ns := k.aead.NonceSize()
+		if len(b) < 1+ns {
+			return nil, fmt.Errorf("%w: capture %s: metadata truncated", errCorrupt, id)
+		}
+		js, err := k.aead.Open(nil, b[1:1+ns], b[1+ns:], []byte("capture meta "+id))
+		if err != nil {
+			return nil, fmt.Errorf("%w: capture %s: metadata fails authentication", errCorrupt, id)
+		}
+		b = js
+	} else if k != nil {
+		return nil, fmt.Errorf("%w: capture %s: unencrypted metadata in an encrypted store", errCorrupt, id)
+	}
+	var m map[string]string
+	if err := json.Unmarshal(b, &m); err != nil {
+		return nil, fmt.Errorf("%w: capture %s: metadata: %v", errCorrupt, id, err)
+	}
+	return m, nil
+}
+
+// keyMismatch is the error of opening a store whose content was written
+// in the mode stored ("none" or "aes-256-gcm/" and a fingerprint) with
+// keys k (nil: none); where names the store.
+func keyMismatch(where, stored string, k *keys) error {
+	storedFP, _ := strings.CutPrefix(stored, "aes-256-gcm/")
+	switch {
+	case stored == "none":
+		return fmt.Errorf("%w: the capture store %s holds unencrypted captures and cannot take a key file; open it without one, or start a new capture store", errKey, where)
+	case k == nil:
+		return fmt.Errorf("%w: the capture store %s is encrypted (key %s); give its key file", errKey, where, storedFP)
+	default:
+		return fmt.Errorf("%w: the key file is not the key the capture store %s is encrypted with (the store's key is %s, the file's %s)", errKey, where, storedFP, k.fingerprint)
+	}
+}
+
+// mode is the encryption mode the stores record: "none", or
+// "aes-256-gcm/" and the key's fingerprint.
+func (k *keys) mode() string {
+	if k == nil {
+		return "none"
+	}
+	return "aes-256-gcm/" + k.fingerprint
 }

@@ -2,12 +2,10 @@ package capture
 
 import (
 	"context"
-	"crypto/rand"
 	"crypto/sha256"
 	"database/sql"
 	"encoding/base64"
 	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -117,7 +115,14 @@ type Options struct {
 	// Log receives notes; nil discards them.
 	Log *slog.Logger
 
+	// OrphanGrace (Postgres only) is how old an object that no capture
+	// names must be before GC deletes it (see Postgres); 0 is
+	// DefaultOrphanGrace.
+	OrphanGrace time.Duration
+
 	noSync bool // tests only: no fsync, synchronous=OFF
+	// durable (tests only): the tests' openT keeps fsync on.
+	durable bool
 	// inlineMax (tests only): 0 is the default inlineMax, < 0 stores every
 	// part as a blob.
 	inlineMax int
@@ -351,16 +356,7 @@ func (s *SQLite) checkKey() error {
 			return err
 		}
 		if n > 0 {
-			where := filepath.Join(s.dir, dbName)
-			storedFP, _ := strings.CutPrefix(stored, "aes-256-gcm/")
-			switch {
-			case stored == "none":
-				return fmt.Errorf("%w: the capture store %s holds unencrypted captures and cannot take a key file; open it without one, or start a new capture directory", errKey, where)
-			case s.keys == nil:
-				return fmt.Errorf("%w: the capture store %s is encrypted (key %s); give its key file", errKey, where, storedFP)
-			default:
-				return fmt.Errorf("%w: the key file is not the key the capture store %s is encrypted with (the store's key is %s, the file's %s)", errKey, where, storedFP, s.keys.fingerprint)
-			}
+			return keyMismatch(filepath.Join(s.dir, dbName), stored, s.keys)
 		}
 	}
 	if _, err := tx.ExecContext(ctx, `INSERT INTO settings (name, value) VALUES ('encryption', ?)
@@ -401,53 +397,13 @@ func fromNanos(v int64) time.Time {
 	return time.Unix(0, v).UTC()
 }
 
-// sealMeta returns the Meta column: JSON, or with encryption 0x01, a nonce
-// and the AES-GCM sealed JSON bound to the capture id.
+// sealMeta returns the Meta column (see keys.sealMeta).
 func (s *SQLite) sealMeta(id string, m map[string]string) ([]byte, error) {
-	if len(m) == 0 {
-		return nil, nil
-	}
-	js, err := json.Marshal(m)
-	if err != nil {
-		return nil, err
-	}
-	if s.keys == nil {
-		return js, nil
-	}
-	ns := s.keys.aead.NonceSize()
-	out := make([]byte, 1+ns, 1+ns+len(js)+s.keys.aead.Overhead())
-	out[0] = 1
-	if _, err := rand.Read(out[1:]); err != nil {
-		return nil, err
-	}
-	return s.keys.aead.Seal(out, out[1:], js, []byte("capture meta "+id)), nil
+	return s.keys.sealMeta(id, m)
 }
 
 func (s *SQLite) openMeta(id string, b []byte) (map[string]string, error) {
-	if len(b) == 0 {
-		return nil, nil
-	}
-	if b[0] == 1 {
-		if s.keys == nil {
-			return nil, fmt.Errorf("%w: capture %s has encrypted metadata and the store was opened without a key", errKey, id)
-		}
-		ns := s.keys.aead.NonceSize()
-		if len(b) < 1+ns {
-			return nil, fmt.Errorf("%w: capture %s: metadata truncated", errCorrupt, id)
-		}
-		js, err := s.keys.aead.Open(nil, b[1:1+ns], b[1+ns:], []byte("capture meta "+id))
-		if err != nil {
-			return nil, fmt.Errorf("%w: capture %s: metadata fails authentication", errCorrupt, id)
-		}
-		b = js
-	} else if s.keys != nil {
-		return nil, fmt.Errorf("%w: capture %s: unencrypted metadata in an encrypted store", errCorrupt, id)
-	}
-	var m map[string]string
-	if err := json.Unmarshal(b, &m); err != nil {
-		return nil, fmt.Errorf("%w: capture %s: metadata: %v", errCorrupt, id, err)
-	}
-	return m, nil
+	return s.keys.openMeta(id, b)
 }
 
 // Put implements Store. A capture of a held tenant is held from the start
