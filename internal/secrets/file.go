@@ -687,4 +687,3 @@ func firstOf(ns ...*yaml.Node) *yaml.Node {
 func printable(s string) bool {
 	return !strings.ContainsFunc(s, func(r rune) bool { return r < ' ' || r == 0x7f || r == utf8.RuneError })
 }
-

@@ -105,7 +105,10 @@ func TestPrepareInjects(t *testing.T) {
 				return q.URL.RawQuery == "q=cats&api_key="+url.QueryEscape("search-VALUE-0123456789/+=")+"&n=1"
 			}},
 		{"basic", newReq(t, "GET", "https://basic.test/", map[string]string{"Authorization": "Basic " + base64.StdEncoding.EncodeToString([]byte("user:"+ph["SANDBOXD_SECRET_BASIC"]))}, ""), "https", "basic.test", 443,
-			func(q *http.Request) bool { u, p, ok := q.BasicAuth(); return ok && u == "user" && p == "basic-VALUE-9876543210" }},
+			func(q *http.Request) bool {
+				u, p, ok := q.BasicAuth()
+				return ok && u == "user" && p == "basic-VALUE-9876543210"
+			}},
 	}
 	for _, c := range cases {
 		got, d := r.Prepare(c.req, c.scheme, c.host, c.port)
