@@ -168,7 +168,7 @@ func (f *Flow) RecordEgress(d *egress.Decision) {
 	if d.Dial.IsValid() {
 		ip = d.Dial.Addr().String()
 	}
-	rec := audit.Decision{Method: d.Method, Host: d.Host, Port: d.Port, IP: ip, Verdict: d.Verdict(), Code: string(d.Code), Rule: d.Rule, Reason: d.Reason}
+	rec := audit.Decision{Method: d.Method, Host: d.Host, Port: d.Port, IP: ip, Verdict: d.Verdict(), Code: string(d.Code), Rule: d.Rule, Reason: d.Reason, Secret: d.Secret}
 	ed := &f.decisions
 	ed.mu.Lock()
 	defer ed.mu.Unlock()

@@ -140,6 +140,20 @@ func (r *Run) Intercepts(host string, port uint16) bool {
 	return false
 }
 
+// Goes reports whether some secret of the run may go to
+// scheme://host:port.
+func (r *Run) Goes(scheme, host string, port uint16) bool {
+	if r == nil {
+		return false
+	}
+	for _, b := range r.bindings {
+		if b.secret.Goes(scheme, host, port) {
+			return true
+		}
+	}
+	return false
+}
+
 // Denial is a request refused because of a placeholder.
 type Denial struct {
 	// Secret names the secret whose placeholder it carried.
@@ -226,6 +240,7 @@ func (r *Run) Prepare(req *http.Request, scheme, host string, port uint16) ([]st
 	r.eachURLPart(req.URL, look)
 	r.eachHeader(req.Header, look)
 	look(req.Host, "the Host header")
+	look(req.Method, "the method")
 	if len(found) == 0 {
 		return nil, nil
 	}
