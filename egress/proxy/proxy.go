@@ -127,7 +127,7 @@ type Proxy struct {
 	active  map[string]int
 	tunnels map[*tunnelConn]struct{}
 	// mitms are the client connections whose HTTPS the proxy reads.
-	mitms map[net.Conn]struct{}
+	mitms   map[net.Conn]struct{}
 	servers map[*http.Server][]netip.AddrPort
 	closed  bool
 }
