@@ -5,6 +5,7 @@ import (
 	"encoding/base64"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -37,7 +38,16 @@ func (f *Flow) audit(j *Job, a *control.Answer) *control.Answer {
 		r.Inputs = append(r.Inputs, audit.Output{Name: "stdin", Size: int64(len(spec.Job.Stdin)), SHA256: audit.SHA256(spec.Job.Stdin)})
 	}
 	for i, f := range spec.Job.Files {
+		if reservedFile(f.Path) {
+			continue // sandboxd's own (the proxy's CA), not the caller's input
+		}
 		r.Inputs = append(r.Inputs, KeepFile(&parts, meta, "input", i, f.Path, f.Content))
+	}
+	if spec.Secrets != nil {
+		if r.Detail == nil {
+			r.Detail = map[string]string{}
+		}
+		r.Detail["secrets"] = strings.Join(spec.Secrets.Names(), ",")
 	}
 	switch {
 	case a.Resp != nil:
