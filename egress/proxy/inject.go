@@ -88,11 +88,18 @@ func (p *Proxy) inject(req *http.Request, st *state) *http.Response {
 	injected, den := st.run.Prepare(req, st.d.Scheme, st.d.Host, st.d.Port)
 	if den != nil {
 		p.denySecret(st, den)
-		return goproxy.NewResponse(req, goproxy.ContentTypeText, http.StatusForbidden, "sandboxd egress proxy: deny: "+den.Reason+"\n")
+		return denyResponse(req, st.decision())
 	}
 	p.injected(st, injected)
 	prepareEncoding(req, st)
 	return nil
+}
+
+// denyResponse is the answer to a request refused for a placeholder.
+func denyResponse(req *http.Request, d egress.Decision) *http.Response {
+	resp := goproxy.NewResponse(req, goproxy.ContentTypeText, d.Code.Status(), "sandboxd egress proxy: deny: "+d.Reason+"\n")
+	resp.Header.Set("X-Sandboxd-Egress", string(d.Code))
+	return resp
 }
 
 // injected records the secrets written into st's request.

@@ -604,7 +604,7 @@ func (p *Proxy) onResponse(resp *http.Response, ctx *goproxy.ProxyCtx) *http.Res
 			resp.Body.Close()
 		}
 		st.setOutcome("", "", den.Code.Status())
-		return goproxy.NewResponse(ctx.Req, goproxy.ContentTypeText, den.Code.Status(), "sandboxd egress proxy: deny: "+den.Reason+"\n")
+		return denyResponse(ctx.Req, den)
 	}
 	if resp == nil {
 		code, status := classify(ctx.Error)

@@ -258,7 +258,7 @@ func TestSecretPlaceholderDenied(t *testing.T) {
 			time.Sleep(100 * time.Millisecond) // the last case's upstream handler is done
 			before := len(se.up.all())
 			resp, body := se.do(t, c.method, c.url, c.hdr, c.body)
-			if resp.StatusCode != 403 || resp.Header.Get("X-Sandboxd-Egress") != string(c.code) && !strings.Contains(body, "placeholder") {
+			if resp.StatusCode != 403 || resp.Header.Get("X-Sandboxd-Egress") != string(c.code) || !strings.Contains(body, "placeholder") {
 				t.Fatalf("%d %v %s", resp.StatusCode, resp.Header, body)
 			}
 			// The secret's own host may get the value in its slot (the
