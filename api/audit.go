@@ -81,6 +81,10 @@ type EgressDecision struct {
 	Rule    string `json:"rule,omitempty"`
 	Reason  string `json:"reason,omitempty"`
 	Status  int    `json:"status,omitempty"`
+	// Secret names the secret (never its value) the egress proxy injected
+	// (code secret_injected) or whose placeholder got the request refused
+	// (secret_elsewhere, secret_misplaced).
+	Secret string `json:"secret,omitempty"`
 }
 
 // AuditQuery selects audit records (the query of GET /audit). Zero fields

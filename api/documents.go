@@ -29,17 +29,23 @@ var (
 func ExecRequestSchema() json.RawMessage { return bytes.Clone(execRequestSchema) }
 
 // RunPythonInputSchema returns the input schema of the run_python tool:
-// ExecRequestSchema without the async property. A tool call waits for its
-// result, so background runs (POST /exec with "async": true, then GET
-// /exec/{id}) are the HTTP API's alone; the schema is derived from the
-// exec schema, keeping its key order, so that the two cannot drift apart.
+// ExecRequestSchema without the async and secrets properties. A tool call
+// waits for its result, so background runs (POST /exec with "async": true,
+// then GET /exec/{id}) are the HTTP API's alone; and a model, steered by
+// whatever it read, never chooses the credentials a run may use: the exec
+// profile (or the HTTP caller) does. The schema is derived from the exec
+// schema, keeping its key order, so that the two cannot drift apart.
 func RunPythonInputSchema() json.RawMessage {
-	out, err := withoutProperty(execRequestSchema, "async")
+	out, err := withoutProperties(execRequestSchema, ToolOnlyHTTPFields...)
 	if err != nil {
 		panic("api: deriving the run_python input schema: " + err.Error())
 	}
 	return out
 }
+
+// ToolOnlyHTTPFields are the fields of ExecRequest that POST /exec takes
+// and the run_python tool does not.
+var ToolOnlyHTTPFields = []string{"async", "secrets"}
 
 // FetchRequestSchema returns the JSON Schema of FetchRequest (the body of
 // POST /fetch and the input of the fetch_url tool).

@@ -13,6 +13,12 @@ type ExecRequest struct {
 	Limits   *LimitsRequest    `json:"limits"`
 	// Datasets are mounted read-only at /data/<name>.
 	Datasets []string `json:"datasets,omitempty"`
+	// Secrets names secrets of the secrets file the run may use (besides
+	// its exec profile's): the run's environment gets a placeholder
+	// SANDBOXD_SECRET_<NAME> for each, which the egress proxy replaces
+	// with the value where the secret is applied. Needs a profile with
+	// network egress.
+	Secrets []string `json:"secrets,omitempty"`
 	// Async answers 202 with the id at once; GET /exec/{id} gives the result.
 	Async bool `json:"async"`
 }

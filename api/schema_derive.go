@@ -30,6 +30,18 @@ func withoutProperty(schema []byte, name string) (json.RawMessage, error) {
 	return out, nil
 }
 
+// withoutProperties is withoutProperty for each of names in turn.
+func withoutProperties(schema []byte, names ...string) (json.RawMessage, error) {
+	out := json.RawMessage(schema)
+	for _, name := range names {
+		var err error
+		if out, err = withoutProperty(out, name); err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
+}
+
 // propertySpan finds the member "name": {...} of the schema's top-level
 // properties object and returns the byte range to cut: the member and the
 // comma that separates it from its neighbour.

@@ -8,7 +8,7 @@ import (
 )
 
 // TestRunPythonInputSchemaIsExecWithoutAsync: the tool's schema is the
-// exec schema, key for key and in the same order, less async.
+// exec schema, key for key and in the same order, less async and secrets.
 func TestRunPythonInputSchemaIsExecWithoutAsync(t *testing.T) {
 	tool := RunPythonInputSchema()
 	var got, want map[string]any
@@ -22,12 +22,16 @@ func TestRunPythonInputSchemaIsExecWithoutAsync(t *testing.T) {
 	if _, ok := props["async"]; !ok {
 		t.Fatal("the exec schema has no async: this test no longer tests anything")
 	}
-	delete(props, "async")
-	if !reflect.DeepEqual(got, want) {
-		t.Errorf("the run_python schema is not the exec schema without async:\n%s", tool)
+	if _, ok := props["secrets"]; !ok {
+		t.Fatal("the exec schema has no secrets: this test no longer tests anything")
 	}
-	if strings.Contains(string(tool), `"async"`) {
-		t.Errorf("the run_python schema still names async:\n%s", tool)
+	delete(props, "async")
+	delete(props, "secrets")
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("the run_python schema is not the exec schema without async and secrets:\n%s", tool)
+	}
+	if strings.Contains(string(tool), `"async"`) || strings.Contains(string(tool), `"secrets"`) {
+		t.Errorf("the run_python schema still names async or secrets:\n%s", tool)
 	}
 	if i, j := strings.Index(string(tool), `"language"`), strings.Index(string(tool), `"datasets"`); i < 0 || j < i {
 		t.Errorf("the property order is lost:\n%s", tool)

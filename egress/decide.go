@@ -47,6 +47,16 @@ const (
 	CodeNoProfile     Code = "no_profile"
 	CodeUnknownClient Code = "unknown_client"
 
+	// Secrets the proxy injects (internal/secrets). secret_injected is an
+	// allowed request into which the proxy wrote a secret's value (the
+	// decision names the secret); the other two are requests refused for
+	// the placeholder they carried: to a destination the secret may not go
+	// to (or through a tunnel), or where the secret goes but in another
+	// place than where it is applied.
+	CodeSecretInjected  Code = "secret_injected"
+	CodeSecretElsewhere Code = "secret_elsewhere"
+	CodeSecretMisplaced Code = "secret_misplaced"
+
 	// Name resolution: 502 and 504.
 	CodeResolve        Code = "resolve_failed"
 	CodeResolveTimeout Code = "resolve_timeout"
@@ -72,7 +82,7 @@ const (
 // Status returns the HTTP status a proxy answers a denied request with.
 func (c Code) Status() int {
 	switch c {
-	case CodeAllowed, OutcomeOK:
+	case CodeAllowed, OutcomeOK, CodeSecretInjected:
 		return http.StatusOK
 	case CodeBadURL, CodeBadHost, CodeBadPort, CodeBadMethod, CodeUserinfo, OutcomeNotProxy:
 		return http.StatusBadRequest
@@ -145,6 +155,10 @@ type Decision struct {
 	Addresses []netip.Addr
 	// Dial is the one checked address to connect to; valid only when Allow.
 	Dial netip.AddrPort
+	// Secret names the secret (never its value) the proxy injected into
+	// the request (CodeSecretInjected) or whose placeholder got it refused
+	// (CodeSecretElsewhere, CodeSecretMisplaced).
+	Secret string
 
 	profile *Profile
 }

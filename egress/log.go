@@ -29,8 +29,8 @@ const LogMessage = "egress"
 
 // Log writes the one JSON decision line of a request: time (from the
 // handler), profile and version, client, method, host, port, the resolved
-// address dialled, decision, code, reason, rule and the outcome with bytes
-// up and down.
+// address dialled, decision, code, reason, rule, the secret injected or
+// refused (its name) and the outcome with bytes up and down.
 func Log(ctx context.Context, l *slog.Logger, d *Decision, o Outcome) {
 	if l == nil {
 		return
@@ -71,6 +71,9 @@ func Log(ctx context.Context, l *slog.Logger, d *Decision, o Outcome) {
 	}
 	if d.ApprovalID != "" {
 		attrs = append(attrs, slog.String("approval_id", d.ApprovalID))
+	}
+	if d.Secret != "" {
+		attrs = append(attrs, slog.String("secret", d.Secret))
 	}
 	level := slog.LevelInfo
 	if !d.Allow || d.WouldDeny {

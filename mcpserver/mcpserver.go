@@ -160,7 +160,7 @@ func (h *handler) call(ctx context.Context, req *mcp.CallToolRequest) (*mcp.Call
 		args = []byte("{}")
 	}
 	if h.tool == RunPython {
-		if r := refuseAsync(args); r != nil {
+		if r := refuseHTTPOnly(args); r != nil {
 			return r, nil
 		}
 	}
@@ -190,22 +190,33 @@ func (h *handler) call(ctx context.Context, req *mcp.CallToolRequest) (*mcp.Call
 	}
 }
 
-// refuseAsync refuses run_python arguments that name async, whatever its
-// value: the tool's input schema has no such property (POST /exec's async
-// answers 202 and runs in the background, which a tool call cannot
-// return), and /exec would otherwise take it. Nil when async is absent.
-func refuseAsync(args []byte) *mcp.CallToolResult {
+// refuseHTTPOnly refuses run_python arguments that name async or secrets
+// (in any case, as /exec matches field names), whatever their value: the
+// tool's input schema has neither (api.RunPythonInputSchema). POST /exec's
+// async answers 202 and runs in the background, which a tool call cannot
+// return; secrets are chosen by the exec profile or the HTTP caller, never
+// by a model. /exec would otherwise take them. Nil when neither is there.
+func refuseHTTPOnly(args []byte) *mcp.CallToolResult {
 	var fields map[string]json.RawMessage
 	if json.Unmarshal(args, &fields) != nil {
 		return nil // not an object: the API refuses it
 	}
-	if _, ok := fields["async"]; !ok {
-		return nil
+	for k := range fields {
+		var msg string
+		switch {
+		case strings.EqualFold(k, "async"):
+			msg = `unknown field "async": run_python has no async; a call waits for the result (up to the profile's time limit), so leave it out`
+		case strings.EqualFold(k, "secrets"):
+			msg = `unknown field "secrets": run_python has no secrets; the credentials a run may use come with its profile (the tool description lists the profiles), so leave it out`
+		default:
+			continue
+		}
+		field := strings.ToLower(k)
+		// The structured content is the error body the API would answer.
+		body, _ := json.Marshal(map[string]map[string]string{"error": {"code": "VALIDATION", "field": field, "message": msg}})
+		return toolError("Refused: VALIDATION (field "+field+"): "+msg+". "+nextStep("VALIDATION", ""), json.RawMessage(body))
 	}
-	msg := `unknown field "async": run_python has no async; a call waits for the result (up to the profile's time limit), so leave it out`
-	// The structured content is the error body the API would answer.
-	body, _ := json.Marshal(map[string]map[string]string{"error": {"code": "VALIDATION", "field": "async", "message": msg}})
-	return toolError("Refused: VALIDATION (field async): "+msg+". "+nextStep("VALIDATION", ""), json.RawMessage(body))
+	return nil
 }
 
 func toolError(msg string, structured any) *mcp.CallToolResult {

@@ -150,6 +150,13 @@ func TestRefusalsAreToolErrors(t *testing.T) {
 			t.Fatalf("async %v: %s %s (%d calls)", v, text, b, len(f.calls))
 		}
 	}
+	// Nor secrets, in any case: a model never picks credentials.
+	for _, k := range []string{"secrets", "Secrets"} {
+		r, text = call(t, cs, mcpserver.RunPython, map[string]any{"language": "python", "code": "1", k: []string{"stripe"}})
+		if !r.IsError || !strings.Contains(text, `Refused: VALIDATION (field secrets): unknown field "secrets"`) || len(f.calls) != 3 {
+			t.Fatalf("%s: %s (%d calls)", k, text, len(f.calls))
+		}
+	}
 	f.err = errors.New("connection refused")
 	r, text = call(t, cs, mcpserver.RunPython, map[string]any{"language": "python", "code": "1"})
 	if !r.IsError || !strings.Contains(text, "could not be reached (connection refused); the call did not run") {

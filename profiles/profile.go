@@ -86,6 +86,11 @@ type Exec struct {
 	// Redact adds secret patterns to the built-in ones for what an exec
 	// returns under this profile (stdout, stderr, returned text files).
 	Redact []redact.Rule `yaml:"redact" json:"redact,omitempty"`
+	// Secrets names secrets of the secrets file (--secrets-file) every exec
+	// under this profile may use: its run gets a placeholder for each, which
+	// the egress proxy replaces with the value on the way to where the
+	// secret may go. Needs an egress profile other than none.
+	Secrets []string `yaml:"secrets" json:"secrets,omitempty"`
 	// CaptureRetentionDays is how long an exec's capture (code, input,
 	// outputs) is kept; 0 keeps it until it is erased.
 	CaptureRetentionDays int64 `yaml:"capture_retention_days" json:"capture_retention_days"`

@@ -345,6 +345,9 @@ func TestProfileErrors(t *testing.T) {
 		want    []string
 	}{
 		{"preload not a list", minimal + "preload: numpy\n", 4, []string{"preload must be a list of strings, such as [numpy, pandas], got the string \"numpy\""}},
+		{"secrets without egress", minimal + "secrets: [stripe]\n", 4, []string{"secrets need network egress"}},
+		{"secrets bad name", minimal + "egress: mirror\nsecrets: [stripe, Bad-Name]\n", 5, []string{`secrets[1] "Bad-Name" is not a secret name`}},
+		{"secrets twice", minimal + "egress: mirror\nsecrets: [stripe, stripe]\n", 5, []string{`secret "stripe" is listed twice`}},
 		{"preload bad name", minimal + "preload:\n  - numpy\n  - os;import x\n", 6, []string{`preload[1] "os;import x" is not a Python module name`}},
 		{"preload number", minimal + "preload: [numpy, 3]\n", 4, []string{"preload[1] must be a string, got the number 3"}},
 		{"unknown top key", minimal + "imgae: x\n", 4, []string{`unknown key "imgae"`, "allowed keys: name, description, image"}},

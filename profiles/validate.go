@@ -153,6 +153,12 @@ var (
 // maxPreload bounds the preload list.
 const maxPreload = 32
 
+// MaxSecrets bounds the secrets a profile (or a request) names.
+const MaxSecrets = 16
+
+// secretNameRe is a secret's name (internal/secrets).
+var secretNameRe = regexp.MustCompile(`^[a-z][a-z0-9_]{0,56}$`)
+
 // execRange returns the allowed range of an exec profile's number by its
 // path, in words, or "" (for decoding errors).
 func execRange(path string) string {
@@ -231,6 +237,20 @@ func validate(e *Exec, d *decoder, fileName string) {
 	for i, m := range e.Preload {
 		if !moduleRe.MatchString(m) {
 			d.problem(fmt.Sprintf("preload[%d]", i), "preload[%d] %q is not a Python module name; write dotted identifiers such as numpy or matplotlib.pyplot", i, m)
+		}
+	}
+	if len(e.Secrets) > 0 && e.Egress == DefaultEgress {
+		d.problem("secrets", "secrets need network egress: the egress proxy injects them into the run's requests, and egress: none has no network; name an egress profile that allows the secrets' hosts")
+	}
+	if len(e.Secrets) > MaxSecrets {
+		d.problem("secrets", "secrets lists %d names; at most %d are allowed", len(e.Secrets), MaxSecrets)
+	}
+	for i, s := range e.Secrets {
+		switch {
+		case !secretNameRe.MatchString(s):
+			d.problem(fmt.Sprintf("secrets[%d]", i), "secrets[%d] %q is not a secret name; names are 1 to 57 lower-case letters, digits and '_', starting with a letter, as in the secrets file", i, s)
+		case slices.Contains(e.Secrets[:i], s):
+			d.problem(fmt.Sprintf("secrets[%d]", i), "secret %q is listed twice", s)
 		}
 	}
 	for i, r := range e.Redact {

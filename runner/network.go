@@ -17,6 +17,7 @@ import (
 	"github.com/docker/docker/api/types/filters"
 	"github.com/docker/docker/api/types/network"
 
+	"github.com/sandboxd/sandboxd/internal/secrets"
 	"github.com/sandboxd/sandboxd/profiles"
 )
 
@@ -104,6 +105,8 @@ func EgressBridgeName(instance string) string { return "sbx-" + instanceTag(inst
 // netClient is a networked sandbox known to the proxy.
 type netClient struct {
 	execID, egress, cid string
+	// run is the secrets of the run the sandbox serves (nil: none).
+	run *secrets.Run
 }
 
 // egressState is the runner's part of the egress network: the network in
@@ -143,10 +146,11 @@ func (r *Runner) EgressClient(addr netip.Addr) (execID, egressProfile string, ok
 	return c.execID, c.egress, ok
 }
 
-// registerClient records the address of a started networked sandbox. A
-// later sandbox at the same address (the engine reuses addresses of
-// removed containers) replaces an earlier one.
-func (r *Runner) registerClient(addr netip.Addr, execID, egress, cid string) {
+// registerClient records the address of a started networked sandbox
+// (with its run's secrets, bound to execID). A later sandbox at the same
+// address (the engine reuses addresses of removed containers) replaces an
+// earlier one.
+func (r *Runner) registerClient(addr netip.Addr, execID, egress, cid string, run *secrets.Run) {
 	r.eg.mu.Lock()
 	defer r.eg.mu.Unlock()
 	if r.eg.byAddr == nil {
@@ -156,8 +160,43 @@ func (r *Runner) registerClient(addr netip.Addr, execID, egress, cid string) {
 	if old, ok := r.eg.byAddr[addr]; ok {
 		delete(r.eg.byCID, old.cid)
 	}
-	r.eg.byAddr[addr] = netClient{execID: execID, egress: egress, cid: cid}
+	if run != nil {
+		run.Bind(execID)
+	}
+	r.eg.byAddr[addr] = netClient{execID: execID, egress: egress, cid: cid, run: run}
 	r.eg.byCID[cid] = addr
+}
+
+// bindSecrets gives a pooled networked sandbox (container cid), started
+// before its job was known, the secrets of the job it takes, bound to the
+// id the proxy knows it by (spec.ID, the pooled sandbox's own). Called
+// before the job is handed over, so before any code runs.
+func (r *Runner) bindSecrets(cid string, spec *Spec) {
+	if spec.Secrets == nil {
+		return
+	}
+	r.eg.mu.Lock()
+	defer r.eg.mu.Unlock()
+	addr, ok := r.eg.byCID[cid]
+	if !ok {
+		return // not networked, or gone: the proxy knows no such client
+	}
+	c := r.eg.byAddr[addr]
+	spec.Secrets.Bind(c.execID)
+	c.run = spec.Secrets
+	r.eg.byAddr[addr] = c
+}
+
+// EgressSecrets tells the proxy the secrets of the run whose sandbox holds
+// addr, and the exec id the sandbox is known by; nil when it has none.
+func (r *Runner) EgressSecrets(addr netip.Addr) (execID string, run *secrets.Run) {
+	r.eg.mu.RLock()
+	defer r.eg.mu.RUnlock()
+	c, ok := r.eg.byAddr[addr.Unmap()]
+	if !ok {
+		return "", nil
+	}
+	return c.execID, c.run
 }
 
 // unregisterClient forgets the address of container cid, if it still
@@ -230,7 +269,7 @@ func (r *Runner) joinEgress(ctx context.Context, spec *Spec, cid string, n *Egre
 	if err != nil || !n.Subnet.Contains(addr) {
 		return fmt.Errorf("%w: the container's address %q is not in the egress network's %s", ErrEngine, ep.IPAddress, n.Subnet)
 	}
-	r.registerClient(addr, spec.ID, spec.Profile.Egress, cid)
+	r.registerClient(addr, spec.ID, spec.Profile.Egress, cid, spec.Secrets)
 	return nil
 }
 

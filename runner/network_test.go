@@ -6,6 +6,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/sandboxd/sandboxd/internal/secrets"
 )
 
 func testEgressNet() *EgressNet {
@@ -75,11 +77,11 @@ func TestEgressClients(t *testing.T) {
 	if _, _, ok := r.EgressClient(a); ok {
 		t.Fatal("an unknown address is known")
 	}
-	r.registerClient(a, "ex_1", "package-mirror", "c1")
+	r.registerClient(a, "ex_1", "package-mirror", "c1", nil)
 	if id, eg, ok := r.EgressClient(netip.MustParseAddr("::ffff:172.30.0.2")); !ok || id != "ex_1" || eg != "package-mirror" {
 		t.Fatalf("lookup: %s %s %v", id, eg, ok)
 	}
-	r.registerClient(a, "ex_2", "web-research", "c2")
+	r.registerClient(a, "ex_2", "web-research", "c2", nil)
 	r.unregisterClient("c1")
 	if id, _, ok := r.EgressClient(a); !ok || id != "ex_2" {
 		t.Fatalf("after the earlier container's removal: %s %v, want ex_2", id, ok)
@@ -89,6 +91,33 @@ func TestEgressClients(t *testing.T) {
 		t.Fatal("the address is still mapped after its container's removal")
 	}
 	r.unregisterClient("c3") // unknown: no-op
+}
+
+// A run's secrets follow its sandbox: bound to a cold sandbox's exec id
+// when it registers, to a pooled sandbox's own id when it takes the job,
+// and gone with the sandbox.
+func TestEgressSecrets(t *testing.T) {
+	r := &Runner{}
+	a, b := netip.MustParseAddr("172.30.0.2"), netip.MustParseAddr("172.30.0.3")
+	cold := secrets.NewRun("acme", nil)
+	r.registerClient(a, "ex_cold", "mirror", "c1", cold)
+	if id, run := r.EgressSecrets(a); id != "ex_cold" || run != cold || cold.Client() != "ex_cold" {
+		t.Fatalf("cold: %s %v %s", id, run, cold.Client())
+	}
+	r.registerClient(b, "ex_pooled", "mirror", "c2", nil)
+	if _, run := r.EgressSecrets(b); run != nil {
+		t.Fatal("a pooled sandbox has secrets before its job")
+	}
+	warm := secrets.NewRun("acme", nil)
+	r.bindSecrets("c2", &Spec{ID: "ex_pooled", Secrets: warm})
+	if id, run := r.EgressSecrets(b); id != "ex_pooled" || run != warm || warm.Client() != "ex_pooled" {
+		t.Fatalf("pooled: %s %v %s", id, run, warm.Client())
+	}
+	r.unregisterClient("c2")
+	if _, run := r.EgressSecrets(b); run != nil {
+		t.Fatal("the secrets outlive the sandbox")
+	}
+	r.bindSecrets("c9", &Spec{Secrets: warm}) // unknown: no-op
 }
 
 func TestEgressNames(t *testing.T) {

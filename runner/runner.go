@@ -26,6 +26,7 @@ import (
 	"github.com/docker/docker/pkg/stdcopy"
 
 	"github.com/sandboxd/sandboxd/internal/jobproto"
+	"github.com/sandboxd/sandboxd/internal/secrets"
 	"github.com/sandboxd/sandboxd/profiles"
 	"github.com/sandboxd/sandboxd/redact"
 )
@@ -82,6 +83,11 @@ type Spec struct {
 	// Datasets are mounted read-only at /data/<name> (a cold sandbox:
 	// pooled ones were created without them).
 	Datasets []DatasetMount
+	// Secrets, for a networked profile, are the run's secrets: the egress
+	// proxy finds them by the sandbox's address (EgressSecrets), bound to
+	// the id it knows the sandbox by, from before the job is handed over
+	// until the sandbox is removed.
+	Secrets *secrets.Run
 }
 
 // OutFile is a file the code left under /sandbox/out.
@@ -466,6 +472,7 @@ func (r *Runner) Run(ctx context.Context, spec *Spec) (*Result, error) {
 	if b := r.takePooled(ctx, spec, imageID); b != nil {
 		id := spec.ID
 		spec.ID = b.execID
+		r.bindSecrets(b.id, spec) // network.go: before the job reaches the sandbox
 		acquire := time.Since(began)
 		res, err := r.runIn(ctx, b, spec)
 		if res != nil {

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -15,6 +16,7 @@ import (
 	"github.com/sandboxd/sandboxd/egress"
 	"github.com/sandboxd/sandboxd/egress/proxy"
 	"github.com/sandboxd/sandboxd/internal/metrics"
+	"github.com/sandboxd/sandboxd/internal/secrets"
 	"github.com/sandboxd/sandboxd/profiles"
 	"github.com/sandboxd/sandboxd/runner"
 )
@@ -48,6 +50,10 @@ type egressSide struct {
 	// record, once set, keeps the proxy's decisions for the audit record
 	// of the exec they belong to (api.Server.RecordEgress).
 	record atomic.Pointer[func(*egress.Decision)]
+	// ca is the proxy's CA for the HTTPS it reads to inject secrets (nil:
+	// no secrets file); rootCAs verifies upstreams (nil: system roots).
+	ca      *secrets.CA
+	rootCAs *x509.CertPool
 
 	mu      sync.Mutex
 	up      bool
@@ -130,6 +136,9 @@ func (e *egressSide) startLocked(ctx context.Context) (err error) {
 		Lookup:  e.lookup,
 		Checker: &egress.Checker{Resolver: e.resolver, Approvals: e.approvals, Observe: e.observe, Self: e.self},
 		Log:     e.log,
+		Secrets: e.secretsOf,
+		CA:      e.ca,
+		RootCAs: e.rootCAs,
 	})
 	if err != nil {
 		return err
@@ -179,6 +188,16 @@ func (e *egressSide) lookup(addr netip.Addr) (string, *egress.Profile, bool) {
 		return "", nil, false
 	}
 	return id, e.cur.Load().Egress[name], true
+}
+
+// secretsOf gives the proxy the secrets of the run whose sandbox holds
+// addr, when it is the client the proxy identified.
+func (e *egressSide) secretsOf(addr netip.Addr, client string) *secrets.Run {
+	id, run := e.eng.EgressSecrets(addr)
+	if id != client {
+		return nil
+	}
+	return run
 }
 
 // stop closes the proxy and removes the firewall rules. Call it after the

@@ -1,7 +1,7 @@
 // Command sandboxd runs untrusted Python for AI agents in fresh, locked-down
 // containers.
 //
-//	sandboxd serve [--addr 127.0.0.1:8080] [--data-dir ./data] [--profiles-dir ./profiles] [--keys-file FILE]
+//	sandboxd serve [--addr 127.0.0.1:8080] [--data-dir ./data] [--profiles-dir ./profiles] [--keys-file FILE] [--secrets-file FILE]
 //	sandboxd profiles check DIR
 //	sandboxd profiles evaluate [--json] [--no-resolve] DIR NAME URL [METHOD]
 //	sandboxd version
@@ -10,6 +10,7 @@ package main
 import (
 	"context"
 	"crypto/sha256"
+	"crypto/x509"
 	"encoding/hex"
 	"errors"
 	"flag"
@@ -38,7 +39,6 @@ import (
 	"github.com/sandboxd/sandboxd/internal/forensics/capture"
 	"github.com/sandboxd/sandboxd/internal/httpapi"
 	"github.com/sandboxd/sandboxd/profiles"
-	"github.com/sandboxd/sandboxd/redact"
 	"github.com/sandboxd/sandboxd/runner"
 )
 
@@ -109,6 +109,8 @@ type serveConfig struct {
 	// anchorEvery is how often the audit head is logged (0: only at
 	// shutdown).
 	anchorEvery time.Duration
+	// secretsFile declares the secrets the egress proxy injects.
+	secretsFile string
 	// hooks are for tests; nil in the real command.
 	hooks *serveHooks
 }
@@ -121,6 +123,9 @@ type serveHooks struct {
 	listening func(addr string)
 	// stop, when closed, shuts the server down as SIGTERM does.
 	stop <-chan struct{}
+	// rootCAs verifies the TLS of upstreams the egress proxy reaches
+	// (nil: the system roots).
+	rootCAs *x509.CertPool
 }
 
 // envDefault returns the value of SANDBOXD_<NAME> or def.
@@ -183,6 +188,7 @@ func parseServe(args []string, stderr io.Writer) (*serveConfig, error) {
 	fs.StringVar(&c.dataDir, "data-dir", envDefault("DATA_DIR", "./data"), "data directory (env SANDBOXD_DATA_DIR)")
 	fs.StringVar(&c.profilesDir, "profiles-dir", envDefault("PROFILES_DIR", "./profiles"), "profiles directory (env SANDBOXD_PROFILES_DIR)")
 	fs.StringVar(&c.keysFile, "keys-file", envDefault("KEYS_FILE", ""), "API keys file; without it a development key is generated and printed once (env SANDBOXD_KEYS_FILE)")
+	fs.StringVar(&c.secretsFile, "secrets-file", envDefault("SECRETS_FILE", ""), "secrets file: credentials runs may use by name, which the egress proxy injects and the code never holds; reloaded like the keys file (env SANDBOXD_SECRETS_FILE)")
 	fs.IntVar(&c.maxRuns, "max-runs", envInt("MAX_RUNS", 2*runtime.NumCPU()), "runs at once (env SANDBOXD_MAX_RUNS)")
 	fs.IntVar(&c.queue, "queue", envInt("QUEUE", 4*runtime.NumCPU()), "requests that may wait for a run slot; past that, 429 BUSY (env SANDBOXD_QUEUE)")
 	fs.DurationVar(&c.queueWait, "queue-wait", envDuration("QUEUE_WAIT", 30*time.Second), "longest wait for a run slot (env SANDBOXD_QUEUE_WAIT)")
@@ -253,8 +259,15 @@ func serve(args []string, stderr io.Writer) int {
 }
 
 func serveWith(cfg *serveConfig, log *slog.Logger, console io.Writer) error {
-	// Every log line goes through the redactor: no secret reaches the log.
-	log = slog.New(redact.NewHandler(log.Handler(), redact.Default()))
+	// The secrets first: every log line goes through the redactor, which
+	// knows each of their values (and, after a reload, each value it ever
+	// knew), so no secret reaches the log.
+	sec, ca, err := loadSecrets(cfg.secretsFile)
+	if err != nil {
+		return err
+	}
+	log = slog.New(sec.LogHandler(log.Handler()))
+	logSecrets(log, cfg.secretsFile, sec)
 	set, err := profiles.Load(cfg.profilesDir)
 	if err != nil {
 		return fmt.Errorf("loading profiles: %w", err)
@@ -322,7 +335,10 @@ func serveWith(cfg *serveConfig, log *slog.Logger, console io.Writer) error {
 	// below). The proxy's checker and /fetch's share it, so neither a
 	// sandbox nor a fetch can loop back into sandboxd.
 	self := &egress.Listeners{}
-	eside := &egressSide{eng: eng, cur: current, log: log, instance: instance, port: cfg.egressPort, resolver: resolver, approvals: approvals, metrics: ctl.Metrics, self: self}
+	eside := &egressSide{eng: eng, cur: current, log: log, instance: instance, port: cfg.egressPort, resolver: resolver, approvals: approvals, metrics: ctl.Metrics, self: self, ca: ca}
+	if cfg.hooks != nil {
+		eside.rootCAs = cfg.hooks.rootCAs
+	}
 	fetchChecker := &egress.Checker{Resolver: resolver, Approvals: approvals, Observe: eside.count, Self: self}
 	// The proxy and the firewall outlive the sandboxes: they stop once the
 	// runner has removed every container (on an early return too). When
@@ -378,6 +394,10 @@ func serveWith(cfg *serveConfig, log *slog.Logger, console io.Writer) error {
 			rl.keysSum = hex.EncodeToString(sum[:])
 		}
 	}
+	if cfg.secretsFile != "" {
+		rl.secretsFile, rl.secrets = cfg.secretsFile, sec
+		rl.secretsSum = secretsFingerprint(cfg.secretsFile, sec.Set())
+	}
 	go rl.run(reloadCtx, cfg.profilesPoll, hup)
 
 	srv, err := httpapi.New(httpapi.Config{
@@ -398,6 +418,8 @@ func serveWith(cfg *serveConfig, log *slog.Logger, console io.Writer) error {
 		Audit:           auditLog,
 		Captures:        captures,
 		FleetKey:        fleetKey,
+		Secrets:         sec,
+		CA:              caPEM(ca),
 	})
 	if err != nil {
 		return err

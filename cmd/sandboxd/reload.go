@@ -19,6 +19,7 @@ import (
 
 	"github.com/sandboxd/sandboxd/internal/auth"
 	"github.com/sandboxd/sandboxd/internal/forensics/audit"
+	"github.com/sandboxd/sandboxd/internal/secrets"
 	"github.com/sandboxd/sandboxd/profiles"
 )
 
@@ -43,6 +44,11 @@ type reloader struct {
 	keysFile string
 	keys     *auth.Keyring
 	keysSum  string
+	// secretsFile, when set, is reloaded into secrets on SIGHUP and when
+	// it or a value file it names changes (secrets.go).
+	secretsFile string
+	secrets     *secrets.Store
+	secretsSum  string
 
 	mu   sync.Mutex
 	last string // fingerprint of the files at the last attempt
@@ -102,9 +108,11 @@ func (r *reloader) run(ctx context.Context, interval time.Duration, hup <-chan o
 		case <-hup:
 			r.reload("SIGHUP", true)
 			r.reloadKeys("SIGHUP", true)
+			r.reloadSecrets("SIGHUP", true)
 		case <-tick:
 			r.reload("file change", false)
 			r.reloadKeys("file change", false)
+			r.reloadSecrets("file change", false)
 		}
 	}
 }

@@ -21,7 +21,11 @@ func runServe(t *testing.T, cfg *serveConfig, logs *logbuf.Buffer, resolver egre
 	t.Helper()
 	listening := make(chan string, 1)
 	stop := make(chan struct{})
-	cfg.hooks = &serveHooks{resolver: resolver, listening: func(addr string) { listening <- addr }, stop: stop}
+	if cfg.hooks == nil {
+		cfg.hooks = &serveHooks{}
+	}
+	cfg.hooks.resolver, cfg.hooks.stop = resolver, stop
+	cfg.hooks.listening = func(addr string) { listening <- addr }
 	log := slog.New(slog.NewJSONHandler(logs, &slog.HandlerOptions{Level: slog.LevelInfo}))
 	served := make(chan error, 1)
 	go func() { served <- serveWith(cfg, log, io.Discard) }()

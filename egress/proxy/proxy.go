@@ -20,6 +20,17 @@
 // name served at the same checked address (domain fronting), never another
 // address.
 //
+// Secrets (internal/secrets; inject.go, mitm.go): for a client whose run
+// has secrets, the proxy writes a secret's value where its placeholder
+// stands in the secret's slot, on a request to where the secret may go,
+// and refuses every request that carries a placeholder anywhere else (the
+// URL, another header, the body, a tunnel's bytes). It reads the HTTPS of
+// exactly those CONNECTs whose host and port a secret of the run may go to
+// (with a certificate of its own CA, which only such runs' sandboxes
+// trust), through net/http's own server rather than goproxy's MITM; every
+// other tunnel stays a tunnel. Responses to such a run lose every spelling
+// of its secrets' values before they reach it.
+//
 // The client, and so the profile, is identified only by the connection's
 // source address through the Lookup the caller provides (never by a header
 // or credential the sandbox controls). Every request gets exactly one JSON
@@ -48,6 +59,7 @@ import (
 	"github.com/elazarl/goproxy"
 
 	"github.com/sandboxd/sandboxd/egress"
+	"github.com/sandboxd/sandboxd/internal/secrets"
 )
 
 // ClientLookup maps the source address of a connection to the client (an
@@ -82,6 +94,17 @@ type Config struct {
 	// MaxConnsPerClient caps the requests and tunnels one client has open
 	// at once; more are answered 429. Default 32.
 	MaxConnsPerClient int
+	// Secrets returns the secrets of the run a client belongs to (nil:
+	// none), from the same source address and client id Lookup gave. Nil:
+	// no client has secrets.
+	Secrets func(remote netip.Addr, clientID string) *secrets.Run
+	// CA signs the certificates of the hosts whose HTTPS the proxy reads to
+	// inject a secret. Nil: no HTTPS is read, and no secret is injected
+	// over https.
+	CA *secrets.CA
+	// UpstreamTimeout bounds a TLS handshake with a client whose HTTPS
+	// the proxy reads. Default 10s.
+	HandshakeTimeout time.Duration
 }
 
 // ApprovalIDHeader carries the id of the approval request on a refusal
@@ -103,6 +126,8 @@ type Proxy struct {
 	mu      sync.Mutex
 	active  map[string]int
 	tunnels map[*tunnelConn]struct{}
+	// mitms are the client connections whose HTTPS the proxy reads.
+	mitms   map[net.Conn]struct{}
 	servers map[*http.Server][]netip.AddrPort
 	closed  bool
 }
@@ -127,11 +152,15 @@ func New(cfg Config) (*Proxy, error) {
 	if cfg.MaxConnsPerClient <= 0 {
 		cfg.MaxConnsPerClient = 32
 	}
+	if cfg.HandshakeTimeout <= 0 {
+		cfg.HandshakeTimeout = 10 * time.Second
+	}
 	p := &Proxy{
 		cfg:     cfg,
 		dialer:  &egress.Dialer{Checker: cfg.Checker},
 		active:  make(map[string]int),
 		tunnels: make(map[*tunnelConn]struct{}),
+		mitms:   make(map[net.Conn]struct{}),
 		servers: make(map[*http.Server][]netip.AddrPort),
 	}
 	p.tr = &http.Transport{
@@ -237,9 +266,13 @@ func (p *Proxy) stop(stopServer func(*http.Server) error) error {
 func (p *Proxy) closeTunnels() {
 	p.mu.Lock()
 	tunnels := slices.Collect(maps.Keys(p.tunnels))
+	mitms := slices.Collect(maps.Keys(p.mitms))
 	p.mu.Unlock()
 	for _, t := range tunnels {
 		t.Close()
+	}
+	for _, c := range mitms {
+		c.Close()
 	}
 }
 
@@ -272,6 +305,26 @@ type state struct {
 	// release frees the client's connection slot (a tunnel holds it until
 	// it closes).
 	release func()
+	// run is the client's secrets (nil: none); denied, once set, is the
+	// decision that refused the request for a placeholder it carried, and
+	// replaces d in the log line.
+	run    *secrets.Run
+	denied *egress.Decision
+	via    string
+	// encodingChecked: the upstream may have a secret of the run, so its
+	// answer must come uncompressed (inject.go).
+	encodingChecked bool
+}
+
+// decision returns the decision to log: the refusal for a placeholder, if
+// there was one, or the request's.
+func (s *state) decision() egress.Decision {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.denied != nil {
+		return *s.denied
+	}
+	return s.d
 }
 
 func (s *state) setOutcome(code egress.Code, detail string, status int) {
@@ -362,14 +415,34 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 
+	run := p.runOf(remote.Addr().Unmap(), client)
+	if run != nil {
+		// A placeholder in the host is refused before its name is looked
+		// up: a DNS query would carry it out.
+		if den := run.FindIn(targetHost(r), "", targetHost(r), 0, "the host name"); den != nil {
+			d := egress.Refuse(profile, req, egress.CodeSecretElsewhere, den.Reason)
+			d.Secret = den.Secret
+			p.observe(&d)
+			p.refuse(w, r, d, start, "")
+			return
+		}
+	}
+
 	d := p.cfg.Checker.Decide(r.Context(), profile, req)
 	if !d.Allow {
 		p.refuse(w, r, d, start, "")
 		return
 	}
 
-	st := &state{d: d, profile: profile, start: start}
+	st := &state{d: d, profile: profile, start: start, run: run}
 	ctx := context.WithValue(r.Context(), stateKey{}, st)
+
+	if r.Method == http.MethodConnect && run != nil && p.cfg.CA != nil && run.Intercepts(d.Host, d.Port) {
+		// A secret of the run may go here: read the HTTPS (mitm.go). The
+		// connection holds the client's slot until it ends.
+		p.intercept(w, r.WithContext(ctx), st)
+		return
+	}
 
 	if r.Method == http.MethodConnect {
 		st.release = release // the tunnel frees the slot when it closes
@@ -430,12 +503,19 @@ func via(r *http.Request) string {
 }
 
 func (p *Proxy) logState(ctx context.Context, st *state, via string) {
+	d := st.decision()
 	st.mu.Lock()
 	o := egress.Outcome{Code: st.outcome, Detail: st.detail, Status: st.status, Via: via}
 	st.mu.Unlock()
+	if st.via != "" {
+		o.Via = st.via
+	}
 	o.BytesUp, o.BytesDown = st.bytesUp.Load(), st.bytesDown.Load()
 	o.Duration = time.Since(st.start)
-	egress.Log(ctx, p.cfg.Log, &st.d, o)
+	if st.run != nil {
+		o.Detail = st.run.Literals().String(o.Detail)
+	}
+	egress.Log(ctx, p.cfg.Log, &d, o)
 }
 
 func (p *Proxy) acquire(client string) bool {
@@ -465,9 +545,17 @@ func (p *Proxy) onRequest(req *http.Request, ctx *goproxy.ProxyCtx) (*http.Reque
 	if st == nil {
 		return req, goproxy.NewResponse(req, goproxy.ContentTypeText, http.StatusForbidden, "sandboxd egress proxy: no decision for this request")
 	}
+	if st.run != nil {
+		if resp := p.inject(req, st); resp != nil {
+			return req, resp
+		}
+	}
 	req.URL.Scheme = st.d.Scheme
 	req.URL.Host = st.d.HostHeader
 	req.Host = st.d.HostHeader
+	if st.run != nil {
+		req.Body = p.scanBody(req.Body, st)
+	}
 	if req.Body != nil && req.Body != http.NoBody {
 		req.Body = &countingBody{ReadCloser: req.Body, n: &st.bytesUp, limit: st.profile.MaxRequestBytes, err: errRequestCap, onCap: func() {
 			st.setOutcome(egress.OutcomeRequestCap, fmt.Sprintf("request body over max_request_bytes %d", st.profile.MaxRequestBytes), 0)
@@ -485,7 +573,13 @@ func (p *Proxy) roundTrip(req *http.Request, ctx *goproxy.ProxyCtx) (*http.Respo
 	if err != nil {
 		return nil, err
 	}
-	if st := stateFrom(req.Context()); st != nil && resp.Body != nil {
+	st := stateFrom(req.Context())
+	if st != nil && st.run != nil {
+		if resp, err = p.cleanResponse(req, resp, st); err != nil {
+			return nil, err
+		}
+	}
+	if st != nil && resp.Body != nil {
 		resp.Body = &countingBody{ReadCloser: resp.Body, n: &st.bytesDown, limit: st.profile.MaxResponseBytes, err: errResponseCap, onCap: func() {
 			st.mu.Lock()
 			st.cut = true
@@ -503,6 +597,15 @@ func (p *Proxy) onResponse(resp *http.Response, ctx *goproxy.ProxyCtx) *http.Res
 	if st == nil {
 		return resp
 	}
+	if den := st.decision(); !den.Allow {
+		// The body carried a placeholder: nothing of it was sent, and
+		// whatever the upstream answered is not passed on.
+		if resp != nil {
+			resp.Body.Close()
+		}
+		st.setOutcome("", "", den.Code.Status())
+		return denyResponse(ctx.Req, den)
+	}
 	if resp == nil {
 		code, status := classify(ctx.Error)
 		st.mu.Lock()
@@ -513,6 +616,10 @@ func (p *Proxy) onResponse(resp *http.Response, ctx *goproxy.ProxyCtx) *http.Res
 		detail := "no response"
 		if ctx.Error != nil {
 			detail = ctx.Error.Error()
+		}
+		if st.run != nil {
+			// An error may quote the URL, which may hold an injected value.
+			detail = st.run.Literals().String(detail)
 		}
 		st.setOutcome(code, detail, status)
 		return goproxy.NewResponse(ctx.Req, goproxy.ContentTypeText, status, "sandboxd egress proxy: "+string(code)+": "+detail+"\n")
@@ -533,8 +640,9 @@ func bodyAllowed(method string, status int) bool {
 }
 
 var (
-	errRequestCap  = errors.New("request body over max_request_bytes")
-	errResponseCap = errors.New("response body over max_response_bytes")
+	errRequestCap     = errors.New("request body over max_request_bytes")
+	errResponseCap    = errors.New("response body over max_response_bytes")
+	errSecretInTunnel = errors.New("a secret's placeholder was sent through the tunnel")
 )
 
 // classify maps an upstream error to an outcome and a status.
@@ -600,6 +708,11 @@ func (p *Proxy) dialConnect(req *http.Request, network, addr string) (net.Conn, 
 	}
 	_ = conn.SetDeadline(st.start.Add(st.profile.TotalTimeout))
 	t := &tunnelConn{Conn: conn, p: p, st: st, upLimit: st.profile.MaxRequestBytes + TunnelSlack, downLimit: st.profile.MaxResponseBytes + TunnelSlack}
+	if st.run != nil {
+		// The proxy does not read a tunnel, but a placeholder sent through
+		// one in clear is caught (and the tunnel cut) before it is written.
+		t.scan = st.run.NewScan("", st.d.Host, st.d.Port)
+	}
 	p.mu.Lock()
 	p.tunnels[t] = struct{}{}
 	p.mu.Unlock()
@@ -620,6 +733,7 @@ type tunnelConn struct {
 	st                 *state
 	upLimit, downLimit int64
 	once               sync.Once
+	scan               *secrets.Scan
 }
 
 func (t *tunnelConn) Read(b []byte) (int, error) {
@@ -639,6 +753,10 @@ func (t *tunnelConn) Read(b []byte) (int, error) {
 }
 
 func (t *tunnelConn) Write(b []byte) (int, error) {
+	if den := t.scan.Feed(b); den != nil {
+		t.p.denySecret(t.st, den)
+		return 0, errSecretInTunnel
+	}
 	if t.st.bytesUp.Load()+int64(len(b)) > t.upLimit {
 		t.st.setOutcome(egress.OutcomeRequestCap, fmt.Sprintf("tunnel cut after %d bytes up (max_request_bytes + %d)", t.upLimit, TunnelSlack), 0)
 		room := max(t.upLimit-t.st.bytesUp.Load(), 0)

@@ -5,6 +5,7 @@ import (
 	"encoding/base64"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -37,7 +38,16 @@ func (f *Flow) audit(j *Job, a *control.Answer) *control.Answer {
 		r.Inputs = append(r.Inputs, audit.Output{Name: "stdin", Size: int64(len(spec.Job.Stdin)), SHA256: audit.SHA256(spec.Job.Stdin)})
 	}
 	for i, f := range spec.Job.Files {
+		if reservedFile(f.Path) {
+			continue // sandboxd's own (the proxy's CA), not the caller's input
+		}
 		r.Inputs = append(r.Inputs, KeepFile(&parts, meta, "input", i, f.Path, f.Content))
+	}
+	if spec.Secrets != nil {
+		if r.Detail == nil {
+			r.Detail = map[string]string{}
+		}
+		r.Detail["secrets"] = strings.Join(spec.Secrets.Names(), ",")
 	}
 	switch {
 	case a.Resp != nil:
@@ -168,7 +178,7 @@ func (f *Flow) RecordEgress(d *egress.Decision) {
 	if d.Dial.IsValid() {
 		ip = d.Dial.Addr().String()
 	}
-	rec := audit.Decision{Method: d.Method, Host: d.Host, Port: d.Port, IP: ip, Verdict: d.Verdict(), Code: string(d.Code), Rule: d.Rule, Reason: d.Reason}
+	rec := audit.Decision{Method: d.Method, Host: d.Host, Port: d.Port, IP: ip, Verdict: d.Verdict(), Code: string(d.Code), Rule: d.Rule, Reason: d.Reason, Secret: d.Secret}
 	ed := &f.decisions
 	ed.mu.Lock()
 	defer ed.mu.Unlock()

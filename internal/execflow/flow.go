@@ -12,12 +12,14 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sync"
 	"sync/atomic"
 
 	"github.com/sandboxd/sandboxd/internal/control"
 	"github.com/sandboxd/sandboxd/internal/dataset"
 	"github.com/sandboxd/sandboxd/internal/forensics/capture"
+	"github.com/sandboxd/sandboxd/internal/secrets"
 	"github.com/sandboxd/sandboxd/profiles"
 	"github.com/sandboxd/sandboxd/redact"
 	"github.com/sandboxd/sandboxd/runner"
@@ -40,6 +42,12 @@ type Config struct {
 	// Redactors compiles each profile's redact rules once.
 	Redactors *redact.Cache
 	Log       *slog.Logger
+	// Secrets are the secrets runs may name (nil: none); every value is
+	// also a literal of every run's redactor.
+	Secrets *secrets.Store
+	// CA returns the egress proxy's CA certificate (PEM), which runs with
+	// secrets that go over https trust; nil or nil result: none.
+	CA func() []byte
 }
 
 // Flow runs execs.
@@ -86,11 +94,16 @@ func (f *Flow) profiles() *profiles.Set { return f.cfg.Profiles.Load() }
 // Plane is the control plane the flow admits through.
 func (f *Flow) Plane() *control.Plane { return f.plane }
 
-// Redactor returns the redactor of an exec profile: the built-in rules and
-// the profile's own, compiled once per profile version. It redacts every
+// Redactor returns the redactor of an exec profile: the built-in rules,
+// the profile's own and every secret's value (secrets.Store.Rules),
+// compiled once per profile version and secrets load. It redacts every
 // output of a run (stdout, stderr, returned files) as it is read.
 func (f *Flow) Redactor(p *profiles.Exec) *redact.Redactor {
-	return f.cfg.Redactors.For("exec:"+p.Version, p.Name, p.Redact)
+	key, rules := f.cfg.Secrets.Rules()
+	if len(rules) == 0 {
+		return f.cfg.Redactors.For("exec:"+p.Version, p.Name, p.Redact)
+	}
+	return f.cfg.Redactors.For("exec:"+p.Version+"|"+key, p.Name, append(slices.Clip(p.Redact), rules...))
 }
 
 // marshalLine is v as one line of JSON.

@@ -12,6 +12,7 @@ import (
 	"github.com/sandboxd/sandboxd/api"
 	"github.com/sandboxd/sandboxd/internal/auth"
 	"github.com/sandboxd/sandboxd/internal/jobproto"
+	"github.com/sandboxd/sandboxd/internal/secrets"
 	"github.com/sandboxd/sandboxd/profiles"
 	"github.com/sandboxd/sandboxd/runner"
 )
@@ -144,6 +145,9 @@ func DecodeFiles(p *profiles.Exec, l profiles.Limits, in []api.InFile) ([]jobpro
 		if f.Path == "out" {
 			return nil, api.Validation(field+".path", `"out" is the output directory; put input files elsewhere or inside it`)
 		}
+		if reservedFile(f.Path) {
+			return nil, api.Validation(field+".path", "%q is under %s/, which sandboxd writes into (the egress proxy's CA for runs with secrets); put input files elsewhere", f.Path, sandboxdDir)
+		}
 		if seen[f.Path] {
 			return nil, api.Validation(field+".path", "%q is given twice", f.Path)
 		}
@@ -188,6 +192,8 @@ func checkEnv(env map[string]string) error {
 			return api.Validation("env", "variable name %q is not allowed: names match [A-Z_][A-Z0-9_]*", k)
 		case k == "PATH" || k == "HOME" || strings.HasPrefix(k, "PYTHON") || strings.HasPrefix(k, "LD_"):
 			return api.Validation(field, "%s may not be overridden (PATH, HOME, PYTHON* and LD_* are reserved)", k)
+		case strings.HasPrefix(k, secrets.EnvPrefix):
+			return api.Validation(field, "%s* is reserved for the placeholders of the secrets a run names (\"secrets\": [...]); a request cannot set them", secrets.EnvPrefix)
 		case len(v) > maxEnvValueLen:
 			return api.Validation(field, "value is %d bytes; at most %d are allowed", len(v), maxEnvValueLen)
 		case strings.IndexByte(v, 0) >= 0:

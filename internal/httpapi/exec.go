@@ -54,6 +54,9 @@ func (s *Server) exec(c echo.Context) error {
 	if err != nil {
 		return err
 	}
+	if err := s.flow.AttachSecrets(spec, req.Secrets, tc.r.key); err != nil {
+		return err
+	}
 	tc.r.profile = spec.Profile.Name
 	j := &execflow.Job{Key: tc.r.key, Session: tc.session, IdemKey: tc.idemKey, Async: req.Async, Spec: spec, ID: spec.ID,
 		OrigTimeout: spec.Limits.TimeoutMS, Log: tc.r.log.With("profile", spec.Profile.Name, "exec_id", spec.ID),

@@ -109,7 +109,7 @@ func TestSchemaValidationMessages(t *testing.T) {
 		{"too many env", `{"language":"python","code":"1","env":{` + manyEnv(65) + `}}`, "env", []string{"65 entries", "at most 64"}},
 		{"empty path", `{"language":"python","code":"1","files":[{"path":"","content":""}]}`, "files[0].path", []string{"must not be empty", "relative to /sandbox"}},
 		{"path required", `{"language":"python","code":"1","files":[{"content":""}]}`, "files[0].path", []string{"files[0].path is required"}},
-		{"unknown field lists the allowed ones", `{"language":"python","code":"1","timeout":5}`, "timeout", []string{`unknown field "timeout"`, "language, code, stdin, files, env, profile, limits, datasets, async"}},
+		{"unknown field lists the allowed ones", `{"language":"python","code":"1","timeout":5}`, "timeout", []string{`unknown field "timeout"`, "language, code, stdin, files, env, profile, limits, datasets, secrets, async"}},
 		{"unknown nested field", `{"language":"python","code":"1","limits":{"disk_mb":1}}`, "disk_mb", []string{`unknown field "disk_mb" in limits`, "timeout_ms, memory_mb, cpus, pids, output_bytes, tmpfs_mb"}},
 		{"duplicate dataset", `{"language":"python","code":"1","datasets":["sales","sales"]}`, "datasets", []string{"same value twice", "items 0 and 1"}},
 		{"field named in another case", `{"Language":"python","code":"1"}`, "Language", []string{`unknown field "Language"`, "language, code"}},

@@ -30,6 +30,7 @@ import (
 	"github.com/sandboxd/sandboxd/internal/forensics/audit"
 	"github.com/sandboxd/sandboxd/internal/forensics/capture"
 	"github.com/sandboxd/sandboxd/internal/metrics"
+	"github.com/sandboxd/sandboxd/internal/secrets"
 	"github.com/sandboxd/sandboxd/internal/sessions"
 	"github.com/sandboxd/sandboxd/internal/store"
 	"github.com/sandboxd/sandboxd/profiles"
@@ -90,6 +91,11 @@ type Config struct {
 	// Audit is the audit log every exec, fetch and admin action is
 	// appended to before its answer.
 	Audit audit.Log
+	// Secrets are the secrets execs may name (--secrets-file; nil: none),
+	// and CA returns the egress proxy's CA certificate for runs with
+	// secrets that go over https.
+	Secrets *secrets.Store
+	CA      func() []byte
 }
 
 // Control configures the control plane (internal/control).
@@ -174,7 +180,8 @@ func New(cfg Config) (*Server, error) {
 		return nil, err
 	}
 	redactors := &redact.Cache{Log: cfg.Log}
-	s.flow, err = execflow.New(execflow.Config{Plane: s.plane, Engine: cfg.Engine, Captures: cfg.Captures, Profiles: s.profilesP, Redactors: redactors, Log: cfg.Log})
+	s.flow, err = execflow.New(execflow.Config{Plane: s.plane, Engine: cfg.Engine, Captures: cfg.Captures, Profiles: s.profilesP, Redactors: redactors, Log: cfg.Log,
+		Secrets: cfg.Secrets, CA: cfg.CA})
 	if err != nil {
 		return nil, err
 	}

@@ -141,6 +141,7 @@ func newFixture(t *testing.T) *fixture {
 		Egress: []audit.Decision{
 			{URL: "http://pages.test/" + hostileAll, Method: "GET", Host: "pages.test", Port: 80, IP: "127.0.0.1", Verdict: "allow", Code: "ALLOWED", Rule: hostileAll, Status: 302},
 			{URL: "http://evil.test/", Method: "GET", Host: "evil.test", Verdict: "deny", Code: "DENIED", Rule: "no-evil", Reason: hostileAll},
+			{Method: "POST", Host: "api.stripe.test", Port: 443, Verdict: "allow", Code: "secret_injected", Secret: "stripe_" + "injected", Reason: "secret \"stripe\" injected"},
 		},
 		Detail:     map[string]string{"url": "http://pages.test/" + hostileAll},
 		CaptureIDs: []string{f.acmeFetchCap}})
@@ -640,7 +641,7 @@ func TestEscaping(t *testing.T) {
 		}
 	}
 	body = f.get(c, "/ui/audit/"+f.acmeFetch, 200)
-	for _, want := range []string{"DENIED", "no-evil", "127.0.0.1", "Egress decisions"} {
+	for _, want := range []string{"DENIED", "no-evil", "127.0.0.1", "Egress decisions", "<th>Secret</th>", "secret_injected", ">stripe_injected<"} {
 		if !strings.Contains(body, want) {
 			t.Errorf("fetch record page lacks %q", want)
 		}
