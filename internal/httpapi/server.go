@@ -127,13 +127,13 @@ type Server struct {
 	log  *slog.Logger
 	echo *echo.Echo
 
-	plane     *control.Plane
-	flow      *execflow.Flow
+	plane *control.Plane
+	flow  *execflow.Flow
 	// fleetTransport forwards session requests to their replica.
 	fleetTransport *http.Transport
-	fetches   *fetchflow.Flow
-	sessions  *sessions.Manager
-	approvals *approval.Service
+	fetches        *fetchflow.Flow
+	sessions       *sessions.Manager
+	approvals      *approval.Service
 	// self is sandboxd's own listeners, as /fetch's checker knows them,
 	// for the dry run of POST /profiles/{name}/evaluate.
 	self      *egress.Listeners

@@ -66,12 +66,12 @@ var Masked = []string{
 // it ended, which bubblewrap's exit code cannot say (137 is SIGKILL and
 // exit(137) alike).
 type CellStatus struct {
-	ExitCode int    `json:"exit_code"`
-	Signal   int    `json:"signal,omitempty"` // the signal that ended it, 0 for an exit
-	MaxRSSKB int64  `json:"max_rss_kb"`
+	ExitCode int   `json:"exit_code"`
+	Signal   int   `json:"signal,omitempty"` // the signal that ended it, 0 for an exit
+	MaxRSSKB int64 `json:"max_rss_kb"`
 	// UserCPUMS and SysCPUMS are the interpreter's CPU (its waited-for
 	// children's included), from the kernel's rusage of it.
-	UserCPUMS int64 `json:"user_cpu_ms"`
-	SysCPUMS  int64 `json:"sys_cpu_ms"`
-	Error    string `json:"error,omitempty"`
+	UserCPUMS int64  `json:"user_cpu_ms"`
+	SysCPUMS  int64  `json:"sys_cpu_ms"`
+	Error     string `json:"error,omitempty"`
 }
