@@ -54,7 +54,7 @@ func TestProfilesCheckReportsEveryProblem(t *testing.T) {
 	}
 	f := func(name string) string { return filepath.Join(dir, filepath.FromSlash(name)) }
 	want := []string{
-		f("exec/small.yaml") + `:2:1: unknown key "imgae"; did you mean image? (allowed keys: name, description, image, runtime, user, seccomp, egress, isolation, cell, limits, files, max_code_bytes, max_stdin_bytes, nofile, file_size_mb, shm_mb, preload, redact, capture_retention_days, session_idle_timeout_s, session_max_lifetime_s)`,
+		f("exec/small.yaml") + `:2:1: unknown key "imgae"; did you mean image? (allowed keys: name, description, image, runtime, user, seccomp, egress, isolation, cell, limits, files, max_code_bytes, max_stdin_bytes, nofile, file_size_mb, shm_mb, preload, redact, secrets, capture_retention_days, session_idle_timeout_s, session_max_lifetime_s)`,
 		f("exec/small.yaml") + `:5:14: limits.memory_mb must be a whole number, got the string "1GB"; allowed is 16 to 65536 MiB; write the number of MiB: 1024 for 1 GiB`,
 		f("egress/draft.yaml") + `:4:5: unknown key "port" in allow[0]; did you mean ports? (allowed keys: name, hosts, ports, methods)`,
 		f("egress/draft.yaml") + `:5:1: unknown key "alow_cidrs"; did you mean allow_cidrs? (allowed keys: name, description, mode, allow, deny, allow_cidrs, max_response_bytes, max_request_bytes, connect_timeout, total_timeout, requests_per_minute, redact, capture_retention_days)`,

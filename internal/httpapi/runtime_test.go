@@ -154,8 +154,8 @@ func TestCellsUnavailable(t *testing.T) {
 	if c == nil || c.OK || c.Optional || !strings.Contains(c.Error, "user.max_user_namespaces = 0") || !strings.Contains(c.Error, "503 UNAVAILABLE") {
 		t.Errorf("cells check = %+v", c)
 	}
-	if !slices.Equal(b.Unavailable, []string{"data", "default"}) {
-		t.Errorf("unavailable_profiles = %v, want [data default]", b.Unavailable)
+	if !slices.Equal(b.Unavailable, []string{"data", "default", "strict"}) {
+		t.Errorf("unavailable_profiles = %v, want [data default strict]", b.Unavailable)
 	}
 	if code, b := readyzWith(t, &cellEngine{runtimeEngine: &runtimeEngine{fakeEngine: &fakeEngine{}, runtimes: []string{"runc", "runsc"}}}); code != 200 || check(b, "cells") == nil || !check(b, "cells").OK {
 		t.Errorf("with cells available: readyz %d %+v", code, b)
