@@ -49,7 +49,7 @@ LAUNCHER_LDFLAGS := -s -w -buildid=
 # The classic builder is what works without the buildx plugin (engine 20.10).
 DOCKER_BUILDKIT ?= $(shell docker buildx version >/dev/null 2>&1 && echo 1 || echo 0)
 
-.PHONY: all help image launcher build sandboxd cgo-deps fleet-deps test-deps python-deps run test test-python vet lint docker gvisor clean fmt-check bench soak
+.PHONY: all help image launcher build sandboxd cgo-deps fleet-deps s3-test-server test-deps python-deps run test test-python vet lint docker gvisor clean fmt-check bench soak
 
 all: build
 
@@ -145,11 +145,17 @@ fleet-deps:
 	export DEBIAN_FRONTEND=noninteractive; \
 	$$sudo apt-get install -y -q postgresql haproxy || { $$sudo apt-get update -q && $$sudo apt-get install -y -q postgresql haproxy; }
 
+# The S3-compatible server the capture and fleet tests start (SeaweedFS,
+# built from its Go module by internal/s3test into a cache outside the
+# repository: minutes the first time, nothing after).
+s3-test-server:
+	$(GO) run ./internal/s3test/build
+
 # What the tests need besides the build: headless Chromium (Debian's
 # package) for the review page's browser test (internal/reviewui/browser_test.go),
 # Debian's httpx, pytest, pip and setuptools for the Python client's, and
 # the fleet's servers.
-test-deps: python-deps fleet-deps
+test-deps: python-deps fleet-deps s3-test-server
 	@command -v chromium >/dev/null && exit 0; \
 	echo "==> installing chromium for the review page's browser test"; \
 	sudo=; [ "$$(id -u)" -eq 0 ] || sudo=sudo; \

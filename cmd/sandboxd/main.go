@@ -102,9 +102,9 @@ type serveConfig struct {
 	// egress network's gateway (0: any free port).
 	profilesPoll time.Duration
 	egressPort   int
-	// captureKeyFile encrypts captures at rest; retentionEvery is how
-	// often expired captures are swept.
-	captureKeyFile string
+	// captures say where captures go (captures.go); retentionEvery is
+	// how often expired captures are swept.
+	captures       captureFlags
 	retentionEvery time.Duration
 	// anchorEvery is how often the audit head is logged (0: only at
 	// shutdown).
@@ -202,7 +202,7 @@ func parseServe(args []string, stderr io.Writer) (*serveConfig, error) {
 	fs.StringVar(&c.logLevel, "log-level", envDefault("LOG_LEVEL", "info"), "debug, info, warn or error (env SANDBOXD_LOG_LEVEL)")
 	fs.DurationVar(&c.profilesPoll, "profiles-poll", envDuration("PROFILES_POLL", 3*time.Second), "how often the profiles dir is checked for changed files, which are then reloaded (SIGHUP reloads at once); 0 turns polling off (env SANDBOXD_PROFILES_POLL)")
 	fs.IntVar(&c.egressPort, "egress-port", envInt("EGRESS_PORT", 3128), "port of the egress proxy on the egress network's gateway, for exec profiles with network egress; 0 picks a free one (env SANDBOXD_EGRESS_PORT)")
-	fs.StringVar(&c.captureKeyFile, "capture-key-file", envDefault("CAPTURE_KEY_FILE", ""), "file with a 32-byte key (hex or base64, mode 0600) that encrypts captures at rest with AES-256-GCM; empty: unencrypted (env SANDBOXD_CAPTURE_KEY_FILE)")
+	addCaptureFlags(fs, &c.captures)
 	fs.DurationVar(&c.anchorEvery, "audit-anchor-interval", envDuration("AUDIT_ANCHOR_INTERVAL", time.Minute), "how often the audit log's head is logged as \"audit head\" (seq, hash, anchor) when it moved, to keep outside the log for `sandboxd audit verify --anchor`; 0: only at shutdown (env SANDBOXD_AUDIT_ANCHOR_INTERVAL)")
 	fs.DurationVar(&c.retentionEvery, "retention-interval", envDuration("RETENTION_INTERVAL", time.Hour), "how often captures past their profile's capture_retention_days are deleted (each deletion is audited) (env SANDBOXD_RETENTION_INTERVAL)")
 	addControlFlags(fs, &c.ctl)
@@ -219,6 +219,9 @@ func parseServe(args []string, stderr io.Writer) (*serveConfig, error) {
 		return nil, errors.New("--max-runs and --max-body-mb must be at least 1, --queue and --shutdown-grace at least 0, --pool-size 0 to 64, --queue-wait above 0")
 	}
 	if err := c.ctl.check(); err != nil {
+		return nil, err
+	}
+	if err := c.captures.check(c.ctl.fleet()); err != nil {
 		return nil, err
 	}
 	if c.retentionEvery <= 0 {
@@ -313,11 +316,11 @@ func serveWith(cfg *serveConfig, log *slog.Logger, console io.Writer) error {
 		return fmt.Errorf("opening the audit log: %w", err)
 	}
 	defer auditLog.Close()
-	captures, err := capture.Open(filepath.Join(dataDir, "captures"), capture.Options{KeyFile: cfg.captureKeyFile, Log: log})
+	captures, closeCaptures, err := openCaptures(&cfg.captures, dataDir, state, log)
 	if err != nil {
 		return fmt.Errorf("opening the capture store: %w", err)
 	}
-	defer captures.Close()
+	defer closeCaptures()
 	instance := runner.InstanceID(dataDir)
 	eng, err := runner.New(log, instance)
 	if err != nil {

@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/minio/minio-go/v7"
+
 	"github.com/sandboxd/sandboxd/internal/e2e"
 	"github.com/sandboxd/sandboxd/internal/forensics/audit"
 	"github.com/sandboxd/sandboxd/internal/pgdb"
@@ -521,5 +523,60 @@ func TestStateStoreOutage(t *testing.T) {
 		if code, body, err := r.server().WaitReady(15 * time.Second); err != nil {
 			t.Errorf("%s not ready after the outage: %d %v %s", r.name, code, err, body)
 		}
+	}
+}
+
+// A capture erased through one replica is gone for every replica, and its
+// objects are gone from the bucket.
+func TestEraseOnOneReplicaIsGoneEverywhere(t *testing.T) {
+	ctx := context.Background()
+	// A capture big enough to be an object, not inline in the database.
+	req := e2e.Py("import sys; sys.stdout.write(sys.stdin.read()[:10])")
+	req.Stdin = strings.Repeat("fleet-capture-", 5000)
+	res, err := client(replicas[0].url(), agentKey).Do(ctx, e2e.Request{Method: "POST", Path: "/exec", Body: e2e.JSON(req), Header: e2e.JSONHeader})
+	if err != nil || res.Status != 200 {
+		t.Fatalf("exec: %v %v", err, res)
+	}
+	recs := records(t, auditLog(t), audit.Filter{Subject: execResult(t, res).ID, Kind: audit.KindExec})
+	if len(recs) != 1 || len(recs[0].CaptureIDs) != 1 {
+		t.Fatalf("exec record %+v: want one capture", recs)
+	}
+	id := recs[0].CaptureIDs[0]
+	mc, err := s3.Client()
+	if err != nil {
+		t.Fatal(err)
+	}
+	objects := func() int {
+		n := 0
+		for o := range mc.ListObjects(ctx, bucket, minio.ListObjectsOptions{Recursive: true}) {
+			if o.Err == nil && strings.Contains(o.Key, id) {
+				n++
+			}
+		}
+		return n
+	}
+	for _, r := range replicas {
+		res, err := client(r.url(), adminKey).Get(ctx, "/captures/"+id)
+		if err != nil || res.Status != 200 {
+			t.Fatalf("GET the capture through %s: %v %v", r.name, err, res)
+		}
+	}
+	before := objects()
+	if before == 0 {
+		t.Fatalf("capture %s has no object in the bucket to erase", id)
+	}
+	res, err = client(replicas[1].url(), adminKey).Do(ctx, e2e.Request{Method: "DELETE", Path: "/captures/" + id,
+		Body: []byte(`{"reason":"fleet test"}`), Header: e2e.JSONHeader})
+	if err != nil || res.Status != 200 {
+		t.Fatalf("erase through r2: %v %v", err, res)
+	}
+	for _, r := range replicas {
+		res, err := client(r.url(), adminKey).Get(ctx, "/captures/"+id+"/raw")
+		if err != nil || res.Status != http.StatusGone {
+			t.Errorf("the erased capture's raw through %s: %v %v; want 410", r.name, err, res)
+		}
+	}
+	if n := objects(); n != 0 {
+		t.Errorf("%d objects of the erased capture remain in the bucket (%d before)", n, before)
 	}
 }

@@ -9,7 +9,9 @@
 // nothing answered lost.
 //
 // Needs: a Docker engine, the sandbox image (`make image`), PostgreSQL and
-// HAProxy (`apt-get install postgresql haproxy`: .ci/run installs them).
+// HAProxy (`apt-get install postgresql haproxy`: .ci/run installs them),
+// and an S3-compatible server (SeaweedFS, built from its Go module by
+// internal/s3test and cached; .ci/run builds it first).
 package fleet
 
 import (
@@ -29,6 +31,7 @@ import (
 	"github.com/sandboxd/sandboxd/internal/e2e"
 	"github.com/sandboxd/sandboxd/internal/logbuf"
 	"github.com/sandboxd/sandboxd/internal/pgtest"
+	"github.com/sandboxd/sandboxd/internal/s3test"
 	"github.com/sandboxd/sandboxd/runner"
 )
 
@@ -64,6 +67,8 @@ func (r *replica) start() error {
 var (
 	suite    *e2e.Suite
 	pg       *pgtest.Server
+	s3       *s3test.Server
+	bucket   string
 	stateDSN string
 	replicas []*replica
 	lb       *haproxy
@@ -84,6 +89,13 @@ func runMain(m *testing.M, s *e2e.Suite) int {
 	}
 	defer pg.Close()
 	if stateDSN, err = pg.NewDatabase(context.Background(), "fleet"); err != nil {
+		return s.Fatalf("%v", err)
+	}
+	if s3, err = s3test.Start(); err != nil {
+		return s.Fatalf("%v", err)
+	}
+	defer s3.Close()
+	if bucket, err = s3.NewBucket(context.Background()); err != nil {
 		return s.Fatalf("%v", err)
 	}
 	adminKey, agentKey, otherKey, limitedKey = e2e.NewSecret("sbxfleet_"), e2e.NewSecret("sbxfleet_"), e2e.NewSecret("sbxfleet_"), e2e.NewSecret("sbxfleet_")
@@ -113,7 +125,9 @@ func runMain(m *testing.M, s *e2e.Suite) int {
 		r := &replica{name: name, dataDir: dir}
 		r.cfg = e2e.ServerConfig{Bin: s.Bin, DataDir: dir, ProfilesDir: filepath.Join(s.Root, "profiles"), KeysFile: keysFile,
 			Log: &logbuf.Buffer{}, StartTimeout: 60 * time.Second,
+			Env: append(os.Environ(), "SANDBOXD_CAPTURE_S3_ACCESS_KEY="+s3.AccessKey, "SANDBOXD_CAPTURE_S3_SECRET_KEY="+s3.SecretKey),
 			Flags: []string{"--state", stateDSN, "--replica", name, "--fleet-key-file", fleetKey, "--tenants-file", tenantsFile,
+				"--capture-s3-endpoint", s3.Endpoint, "--capture-s3-bucket", bucket, "--capture-s3-tls=false", "--capture-s3-path-style",
 				"--max-runs", "4", "--queue", "64", "--cell-hosts", "12", "--shutdown-grace", "5s"}}
 		if err := r.start(); err != nil {
 			return s.Fatalf("%v", err)
