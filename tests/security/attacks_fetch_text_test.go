@@ -89,6 +89,40 @@ func TestFetchPageText(t *testing.T) {
 	fs := startFetchServer(t)
 	t.Run("title and headers stay inside the envelope", func(t *testing.T) { envelopeOnly(t, fs) })
 	t.Run("hidden text is dropped", func(t *testing.T) { hiddenDropped(t, fs) })
+	t.Run("a secret glued in the URL is redacted", func(t *testing.T) { gluedURLSecret(t, fs) })
+}
+
+// gluedURLSecret fetches a URL that carries the token right after "%3D"
+// (a URL-encoded query string, issue 16 item 1) and is redirected to one
+// that carries it after "_": neither url nor final_url nor the redirects
+// may hold it.
+func gluedURLSecret(t *testing.T, fs *fetchServer) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	res, err := fs.api.Do(ctx, e2e.Request{Method: "POST", Path: "/fetch", Header: e2e.JSONHeader,
+		Body: e2e.JSON(map[string]string{"url": fs.pageURL + "/bounce?q=%3D" + leakToken, "profile": "fetchtext"})})
+	if err != nil || res.Status != 200 {
+		t.Fatalf("fetch: %v %v", err, res)
+	}
+	var ans struct {
+		URL        string         `json:"url"`
+		FinalURL   string         `json:"final_url"`
+		Redirects  []any          `json:"redirects"`
+		Redactions map[string]int `json:"redactions"`
+	}
+	if err := json.Unmarshal(res.Body, &ans); err != nil {
+		t.Fatal(err)
+	}
+	body := string(res.Body)
+	if strings.Contains(body, leakToken) || strings.Contains(body, leakToken[4:20]) {
+		t.Errorf("HOLE: the glued token is in the fetch answer: %s", e2e.Clip(res.Body, 1500))
+	}
+	if !strings.Contains(ans.URL, "[REDACTED") || !strings.Contains(ans.FinalURL, "[REDACTED") || !strings.Contains(ans.FinalURL, "/echo") {
+		t.Errorf("url %q, final_url %q: want both redacted, final_url the redirect's", ans.URL, ans.FinalURL)
+	}
+	if len(ans.Redactions) == 0 {
+		t.Errorf("redactions %v do not count the token", ans.Redactions)
+	}
 }
 
 // envelopeOnly fetches the hostile page (through its redirect) with
@@ -245,6 +279,14 @@ func pageMux() *http.ServeMux {
 		w.Header().Set("Content-Type", hostileType)
 		fmt.Fprintf(w, "<!DOCTYPE html><html><head><title>%s</title></head><body><p>VISIBLE_TEXT Sunny, 24 degrees.</p></body></html>",
 			strings.ReplaceAll(hostileTitle, "<", "&lt;"))
+	})
+	mux.HandleFunc("/bounce", func(w http.ResponseWriter, r *http.Request) {
+		tok := strings.TrimPrefix(r.URL.Query().Get("q"), "=")
+		http.Redirect(w, r, "/echo?x=_"+tok, http.StatusFound)
+	})
+	mux.HandleFunc("/echo", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		fmt.Fprint(w, "echo page")
 	})
 	mux.HandleFunc("/hidden", func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "text/html; charset=utf-8")
