@@ -35,6 +35,7 @@ import (
 	"github.com/sandboxd/sandboxd/internal/forensics/audit"
 	"github.com/sandboxd/sandboxd/internal/forensics/capture"
 	"github.com/sandboxd/sandboxd/internal/outputs"
+	"github.com/sandboxd/sandboxd/internal/secrets"
 	"github.com/sandboxd/sandboxd/profiles"
 	"github.com/sandboxd/sandboxd/redact"
 )
@@ -47,6 +48,9 @@ type Config struct {
 	Profiles *atomic.Pointer[profiles.Set]
 	// Redactors compiles each egress profile's redact rules once.
 	Redactors *redact.Cache
+	// Secrets are the secrets the egress proxy injects (nil: none): their
+	// values are redacted from fetched pages too (a page may echo one).
+	Secrets *secrets.Store
 	// Runs counts fetches as running, so that shutdown waits for them and
 	// ends them (the exec flow's Track).
 	Runs interface {
@@ -468,13 +472,21 @@ func redactString(r *redact.Redactor, v string) string {
 	return out
 }
 
-// redactor returns the redactor for an egress profile: the built-in rules
-// and the profile's own (redact:), compiled once per profile version.
+// redactor returns the redactor for an egress profile: the built-in rules,
+// the profile's own (redact:) and every secret's value, compiled once per
+// profile version and secrets load.
 func (f *Flow) redactor(p *egress.Profile) *redact.Redactor {
+	key, rules := f.cfg.Secrets.Rules()
 	if p == nil {
-		return redact.Default()
+		if len(rules) == 0 {
+			return redact.Default()
+		}
+		return f.cfg.Redactors.For("egress:|"+key, "", rules)
 	}
-	return f.cfg.Redactors.For("egress:"+p.Version, p.Name, p.Redact)
+	if len(rules) == 0 {
+		return f.cfg.Redactors.For("egress:"+p.Version, p.Name, p.Redact)
+	}
+	return f.cfg.Redactors.For("egress:"+p.Version+"|"+key, p.Name, append(slices.Clip(p.Redact), rules...))
 }
 
 // audit appends a fetch's audit record: every hop's decision, the

@@ -23,6 +23,7 @@ import (
 	"github.com/sandboxd/sandboxd/internal/control/budget"
 	"github.com/sandboxd/sandboxd/internal/forensics/capture"
 	"github.com/sandboxd/sandboxd/internal/logbuf"
+	"github.com/sandboxd/sandboxd/internal/secrets"
 	"github.com/sandboxd/sandboxd/profiles"
 	"github.com/sandboxd/sandboxd/runner"
 )
@@ -91,6 +92,10 @@ func newFetchFixture(t *testing.T, tenants string) *fetchFixture {
 		w.Header().Set("Content-Type", "text/html; charset=utf-8")
 		io.WriteString(w, articlePage)
 	})
+	mux.HandleFunc("/echo-secret", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/plain")
+		io.WriteString(w, "the vendor echoes your key: "+fetchSecretValue+"\n")
+	})
 	mux.HandleFunc("/pdf", func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "application/pdf")
 		w.Write(make([]byte, 100))
@@ -127,9 +132,15 @@ func newFetchFixture(t *testing.T, tenants string) *fetchFixture {
 	res := egresstest.NewResolver(map[string][]string{"pages.test": {"127.0.0.1"}, "other.test": {"127.0.0.1"}, "evil.test": {"127.0.0.1"}})
 	cf := &ctlFixture{t: t, dir: dir, tenant: tenants, wait: 2 * time.Second, logs: &logbuf.Buffer{}, set: set, redactLogs: true,
 		eng: &fakeEngine{result: runner.Result{Status: runner.StatusOK}}}
+	sset, err := secrets.Parse("s.yaml", []byte("secrets:\n  - {name: vendor, tenants: [acme], hosts: [api.vendor.test], header: \"X-Api-Key: {secret}\", value_env: V}\n"),
+		func(string) (string, bool) { return fetchSecretValue, true })
+	if err != nil {
+		t.Fatal(err)
+	}
 	cf.configure = func(c *Config) {
 		c.Fetcher = &browse.Fetcher{Checker: &egress.Checker{Resolver: res}, Log: c.Log}
 		c.Captures = caps
+		c.Secrets = secrets.NewStore(sset)
 	}
 	cf.start()
 	f.ctlFixture = cf
@@ -144,6 +155,21 @@ func (f *fetchFixture) url(host, path string) string {
 func (f *fetchFixture) fetch(body string, headers ...string) *reply {
 	f.t.Helper()
 	return f.req(http.MethodPost, "/fetch", keyAgent, body, headers...)
+}
+
+// fetchSecretValue is a configured secret's value (a shape no built-in
+// rule knows): a page that echoes it must come back without it.
+const fetchSecretValue = "vendor" + "-key-" + "Q7xK2mP9wL4nR8tV"
+
+func TestFetchRedactsConfiguredSecrets(t *testing.T) {
+	f := newFetchFixture(t, "")
+	r := f.fetch(fetchBody(map[string]any{"url": f.url("pages.test", "/echo-secret"), "profile": "pages"}))
+	if r.code != 200 {
+		t.Fatalf("status %d: %s", r.code, r.raw)
+	}
+	if strings.Contains(string(r.raw), fetchSecretValue) || !strings.Contains(string(r.raw), "[REDACTED") {
+		t.Errorf("a fetched page echoing a configured secret came back with it: %s", r.raw)
+	}
 }
 
 func fetchBody(fields map[string]any) string {

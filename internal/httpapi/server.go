@@ -195,7 +195,7 @@ func New(cfg Config) (*Server, error) {
 		fetcher = &browse.Fetcher{Checker: &egress.Checker{Resolver: cfg.Resolver, Approvals: s.approvals}, Log: cfg.Log, UserAgent: "sandboxd/" + cfg.Version}
 	}
 	s.self = fetcher.Checker.Self
-	s.fetches, err = fetchflow.New(fetchflow.Config{Plane: s.plane, Fetcher: fetcher, Captures: cfg.Captures, Profiles: s.profilesP, Redactors: redactors, Runs: s.flow, Log: cfg.Log})
+	s.fetches, err = fetchflow.New(fetchflow.Config{Plane: s.plane, Fetcher: fetcher, Captures: cfg.Captures, Profiles: s.profilesP, Redactors: redactors, Secrets: cfg.Secrets, Runs: s.flow, Log: cfg.Log})
 	if err != nil {
 		return nil, err
 	}
