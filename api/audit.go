@@ -38,7 +38,8 @@ type AuditRecord struct {
 	// Status is the outcome: a run status, ok, or an error code.
 	Status   string `json:"status,omitempty"`
 	ExitCode *int   `json:"exit_code,omitempty"`
-	// DurationsMS: queue, run, total (whatever applies).
+	// DurationsMS: queue, run, total (whatever applies), and for an exec
+	// cpu, the CPU time its code used.
 	DurationsMS map[string]int64 `json:"durations_ms,omitempty"`
 	// Inputs name what the caller gave the code (input files, stdin), and
 	// Outputs what was returned, by size and sha256 (never content).

@@ -61,7 +61,8 @@ func (f *Flow) audit(j *Job, a *control.Answer) *control.Answer {
 		r.Status, r.Image = resp.Status, resp.Image
 		ec := resp.ExitCode
 		r.ExitCode = &ec
-		r.DurationsMS = map[string]int64{"run": resp.DurationMS}
+		// run: wall time; cpu: the CPU the code used (user and system).
+		r.DurationsMS = map[string]int64{"run": resp.DurationMS, "cpu": resp.Usage.UserCPUMS + resp.Usage.SysCPUMS}
 		r.Redactions = resp.Redactions
 		out := outputBytes(resp.Stdout, resp.StdoutBase64)
 		errb := outputBytes(resp.Stderr, resp.StderrBase64)
