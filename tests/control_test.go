@@ -713,7 +713,6 @@ func TestMetricsAndTraceparent(t *testing.T) {
 		`sandboxd_exec_start_seconds_bucket{profile="default"`,
 		`sandboxd_exec_run_seconds_bucket{profile="default"`,
 		`sandboxd_execs_running `, `sandboxd_execs_queued `,
-		`sandboxd_pool_ready{profile="strict"} `, `sandboxd_pool_starting{profile="strict"} `,
 		`sandboxd_cell_hosts_busy{profile="default"} `, `sandboxd_cell_hosts_idle{profile="default"} `,
 	} {
 		if !strings.Contains(string(r.raw), want) {

@@ -135,4 +135,15 @@ func TestExecServerTiming(t *testing.T) {
 	if warm == 0 {
 		t.Fatal("no run got a warm sandbox from the pool")
 	}
+	// The pool's gauges (this suite serves container profiles; the shipped
+	// ones are all cells).
+	res, err := (e2e.Client{URL: srv.URL, Key: adminKey}).Get(context.Background(), "/metrics")
+	if err != nil || res.Status != http.StatusOK {
+		t.Fatalf("GET /metrics: %v %v", err, res)
+	}
+	for _, want := range []string{`sandboxd_pool_ready{profile="default"} `, `sandboxd_pool_starting{profile="default"} `} {
+		if !strings.Contains(string(res.Body), want) {
+			t.Errorf("/metrics lacks %q", want)
+		}
+	}
 }
