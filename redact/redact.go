@@ -67,6 +67,11 @@ func New(extra []Rule) (*Redactor, error) {
 		}
 		rules = append(rules, r)
 	}
+	gl, err := gitleaksRules()
+	if err != nil {
+		return nil, err
+	}
+	rules = append(rules, gl...)
 	var errs []string
 	for i, x := range extra {
 		r, err := compileRule(x)
@@ -287,8 +292,12 @@ func (r *Redactor) evalHit(text []byte, base, hi int64, h hit, out []cand) []can
 			out = r.accept(win, ws, m, ru, out)
 			continue
 		}
+		near := ru.near[kw.text]
 		for _, m := range ru.re.FindAllSubmatchIndex(win[:rend], -1) {
-			if m[0] <= ks && m[1] >= ke {
+			if ru.source != "" && (m[0] == 0 && ws > base || m[1] == rend && ws+int64(rend) < hi) {
+				continue // may be cut by the window
+			}
+			if m[0] <= ks && m[1] >= ke || near {
 				out = r.accept(win, ws, m, ru, out)
 			}
 		}

@@ -127,6 +127,7 @@ func compileRule(r Rule) (*rule, error) {
 const (
 	prioKey      = 10 // private key blocks
 	prioProvider = 20 // provider token formats
+	prioGitleaks = 25 // gitleaks' provider rules
 	prioExtra    = 30 // rules given to New
 	prioJWT      = 40
 	prioURL      = 50
@@ -160,6 +161,12 @@ type rule struct {
 	// or ok=false to drop the match.
 	check func(win []byte, m []int) (start, end int, ok bool)
 	idx   int
+	// near lists keywords (lower case) that a match need not contain: a
+	// match anywhere in such a keyword's window counts.
+	near map[string]bool
+	// source names where a rule that is not sandboxd's own comes from
+	// ("gitleaks:<id>").
+	source string
 }
 
 // maxMatchLen returns an upper bound of the length in bytes of any match of

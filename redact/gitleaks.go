@@ -1,0 +1,489 @@
+package redact
+
+import (
+	"fmt"
+	"math"
+	"regexp"
+	"regexp/syntax"
+	"slices"
+	"strings"
+	"sync"
+
+	"github.com/spf13/viper"
+	glconfig "github.com/zricethezav/gitleaks/v8/config"
+)
+
+// The provider rules of gitleaks' default configuration (MIT licence), read
+// as data from the configuration its Go module embeds: a version bump of
+// github.com/zricethezav/gitleaks/v8 in go.mod brings its new rules. Each
+// becomes a rule of this package's engine, named after its id (snake case),
+// with its keywords, expression, secret group, entropy threshold and
+// allowlists (regexes and stop words; path and commit allowlists do not
+// apply to a stream). Where a rule of sandboxd's own covers the same
+// secret, the two are united and the secret is named after sandboxd's.
+
+// gitleaksReplaced lists the gitleaks rules that sandboxd's own rules
+// replace, with the rule that does.
+var gitleaksReplaced = map[string]string{
+	// The assignment rule reads more syntaxes, and filters by name.
+	"generic-api-key": "password, generic_secret",
+	// Whole blocks (also JSON-escaped and base64-encoded), and no block
+	// without a body.
+	"private-key": "private_key, openssh_private_key, pgp_private_key",
+	// curl -u/--user and -H are read by the flag and header rules.
+	"curl-auth-user":   "curl_basic_auth",
+	"curl-auth-header": "authorization_header",
+	// The same, without the host: only the secret path is redacted.
+	"slack-webhook-url": "slack_webhook",
+}
+
+// gitleaksRuleset is the parsed default configuration.
+var gitleaksRuleset = sync.OnceValues(func() (glconfig.Config, error) {
+	v := viper.New()
+	v.SetConfigType("toml")
+	if err := v.ReadConfig(strings.NewReader(glconfig.DefaultConfig)); err != nil {
+		return glconfig.Config{}, err
+	}
+	var vc glconfig.ViperConfig
+	if err := v.Unmarshal(&vc); err != nil {
+		return glconfig.Config{}, err
+	}
+	return vc.Translate()
+})
+
+// gitleaksType turns a gitleaks rule id into a type name.
+func gitleaksType(id string) string {
+	t := strings.ToLower(strings.NewReplacer("-", "_", ".", "_").Replace(id))
+	if t != "" && '0' <= t[0] && t[0] <= '9' {
+		t = strings.NewReplacer("1", "one", "2", "two", "3", "three").Replace(t[:1]) + t[1:]
+	}
+	return t
+}
+
+// gitleaksRules compiles the gitleaks rules (all but the replaced ones).
+func gitleaksRules() ([]*rule, error) {
+	cfg, err := gitleaksRuleset()
+	if err != nil {
+		return nil, fmt.Errorf("redact: gitleaks configuration: %w", err)
+	}
+	var out []*rule
+	for _, id := range cfg.OrderedRules {
+		gr := cfg.Rules[id]
+		if _, ok := gitleaksReplaced[id]; ok || gr.Regex == nil || gr.SkipReport {
+			continue
+		}
+		r, err := gitleaksRule(gr, cfg.Allowlists)
+		if err != nil {
+			return nil, fmt.Errorf("redact: gitleaks rule %s: %w", id, err)
+		}
+		out = append(out, r)
+	}
+	return out, nil
+}
+
+// allowlist is a gitleaks allowlist that can apply to text alone.
+type allowlist struct {
+	target    string // "", "match" or "line"
+	and       bool
+	regexes   []*regexp.Regexp
+	stopwords []string
+}
+
+func convertAllowlists(as []*glconfig.Allowlist, rule string) []allowlist {
+	var out []allowlist
+	for _, a := range as {
+		if a == nil {
+			continue
+		}
+		and := a.MatchCondition == glconfig.AllowlistMatchAnd
+		if and && (len(a.Paths) > 0 || len(a.Commits) > 0) {
+			continue // needs a path or a commit: never true for a stream
+		}
+		if len(a.Regexes) == 0 && len(a.StopWords) == 0 {
+			continue
+		}
+		l := allowlist{target: a.RegexTarget, and: and, stopwords: a.StopWords}
+		for _, re := range a.Regexes {
+			l.regexes = append(l.regexes, regexp.MustCompile(re.String()))
+		}
+		out = append(out, l)
+	}
+	return out
+}
+
+// allowed: gitleaks' allowlist semantics for a finding.
+func (a *allowlist) allowed(secret, match, line []byte) bool {
+	target := secret
+	switch a.target {
+	case "match":
+		target = match
+	case "line":
+		target = line
+	}
+	re := false
+	if len(target) > 0 {
+		for _, x := range a.regexes {
+			if x.Match(target) {
+				re = true
+				break
+			}
+		}
+	}
+	sw := false
+	if len(a.stopwords) > 0 && len(secret) > 0 {
+		l := strings.ToLower(string(secret))
+		for _, w := range a.stopwords {
+			if strings.Contains(l, w) {
+				sw = true
+				break
+			}
+		}
+	}
+	if a.and {
+		return (len(a.regexes) == 0 || re) && (len(a.stopwords) == 0 || sw)
+	}
+	return re || sw
+}
+
+func gitleaksRule(gr glconfig.Rule, global []*glconfig.Allowlist) (*rule, error) {
+	expr := gr.Regex.String()
+	re, err := regexp.Compile(expr)
+	if err != nil {
+		return nil, err
+	}
+	als := append(convertAllowlists(global, gr.RuleID), convertAllowlists(gr.Allowlists, gr.RuleID)...)
+	r := &rule{
+		typ:      gitleaksType(gr.RuleID),
+		keywords: slices.Clone(gr.Keywords),
+		re:       re,
+		prio:     prioGitleaks,
+		source:   "gitleaks:" + gr.RuleID,
+	}
+	if len(r.keywords) == 0 {
+		return nil, fmt.Errorf("no keywords")
+	}
+	boundary := false
+	if rest, b, ok := anchorable(expr, gr.Keywords); ok {
+		are, err := regexp.Compile(`^(?:` + rest + `)`)
+		if err != nil {
+			return nil, err
+		}
+		if are.NumSubexp() != re.NumSubexp() {
+			return nil, fmt.Errorf("anchored form has %d groups, want %d", are.NumSubexp(), re.NumSubexp())
+		}
+		r.anchored, r.are, boundary = true, are, b
+		r.before = 0
+		r.after = maxMatchLen(rest)
+		if r.after < 0 {
+			r.after = longSpan
+		}
+	} else {
+		r.before, r.after = maxMatchLen(expr), maxMatchLen(expr)
+		if r.before < 0 {
+			// Unbounded: a match that starts too far back is missed, not
+			// cut (a window-mode match may not touch a cut window edge).
+			r.before, r.after = 1024, longSpan
+		}
+		if lits := requiredLiterals(expr); len(lits) > 0 {
+			r.pre = func(win []byte, _, _ int) bool {
+				for _, l := range lits {
+					if !containsFold(win, l) {
+						return false
+					}
+				}
+				return true
+			}
+		}
+		// A keyword that the expression does not spell (gitleaks only
+		// wants it in the same file): a match near it counts.
+		src := strings.ToLower(expr)
+		for _, k := range r.keywords {
+			if !strings.Contains(src, strings.ToLower(k)) {
+				if r.near == nil {
+					r.near = map[string]bool{}
+				}
+				r.near[strings.ToLower(k)] = true
+			}
+		}
+		if r.near != nil {
+			r.before += nearGap
+			r.after += nearGap
+		}
+	}
+	named := slices.ContainsFunc(re.SubexpNames(), func(n string) bool { return n != "" })
+	group, minEntropy := gr.SecretGroup, gr.Entropy
+	r.check = func(win []byte, m []int) (int, int, bool) {
+		if boundary && m[0] > 0 && isWord(win[m[0]-1]) && isWord(win[m[0]]) {
+			return 0, 0, false
+		}
+		ms, me := m[0], m[1]
+		for me > ms && win[me-1] == '\n' {
+			me--
+		}
+		for ms < me && win[ms] == '\n' {
+			ms++
+		}
+		s, e := ms, me
+		if group > 0 && 2*group+1 < len(m) {
+			s, e = m[2*group], m[2*group+1]
+		} else if group == 0 && !named {
+			for g := 1; 2*g+1 < len(m); g++ {
+				if m[2*g] >= 0 && m[2*g+1] > m[2*g] {
+					s, e = m[2*g], m[2*g+1]
+					break
+				}
+			}
+		}
+		if s < 0 || e <= s {
+			return 0, 0, false
+		}
+		secret := win[s:e]
+		if minEntropy > 0 && runeEntropy(secret) <= minEntropy {
+			return 0, 0, false
+		}
+		if len(als) > 0 {
+			ls, le := ms, me
+			for ls > 0 && win[ls-1] != '\n' {
+				ls--
+			}
+			for le < len(win) && win[le] != '\n' {
+				le++
+			}
+			for i := range als {
+				if als[i].allowed(secret, win[ms:me], win[ls:le]) {
+					return 0, 0, false
+				}
+			}
+		}
+		return s, e, true
+	}
+	return r, nil
+}
+
+func isWord(b byte) bool {
+	return 'a' <= b|0x20 && b|0x20 <= 'z' || '0' <= b && b <= '9' || b == '_'
+}
+
+// anchorable reports whether every match of expr, once a leading \b and a
+// leading optional run (gitleaks' `[\w.-]{0,50}?` before an identifier)
+// are dropped, starts with one of keywords (ASCII case ignored); rest is
+// the expression without them, boundary whether a \b was dropped.
+func anchorable(expr string, keywords []string) (rest string, boundary, ok bool) {
+	re, err := syntax.Parse(expr, syntax.Perl)
+	if err != nil {
+		return "", false, false
+	}
+	subs := []*syntax.Regexp{re}
+	if re.Op == syntax.OpConcat {
+		subs = re.Sub
+	}
+	i := 0
+	for i < len(subs) {
+		s := subs[i]
+		switch {
+		case s.Op == syntax.OpWordBoundary:
+			boundary = true
+		case (s.Op == syntax.OpRepeat && s.Min == 0 || s.Op == syntax.OpStar || s.Op == syntax.OpQuest) && !hasCapture(s):
+		default:
+			goto done
+		}
+		i++
+	}
+done:
+	if i >= len(subs) {
+		return "", false, false
+	}
+	tail := &syntax.Regexp{Op: syntax.OpConcat, Sub: subs[i:]}
+	if len(subs[i:]) == 1 {
+		tail = subs[i]
+	}
+	pre, ok := literalPrefixes(tail)
+	if !ok || len(pre) == 0 {
+		return "", false, false
+	}
+	for _, p := range pre {
+		if !slices.ContainsFunc(keywords, func(k string) bool { return strings.HasPrefix(p, strings.ToLower(k)) }) {
+			return "", false, false
+		}
+	}
+	return tail.String(), boundary, true
+}
+
+func hasCapture(re *syntax.Regexp) bool {
+	if re.Op == syntax.OpCapture {
+		return true
+	}
+	return slices.ContainsFunc(re.Sub, hasCapture)
+}
+
+// literalPrefixes returns, lower-cased, literal strings one of which starts
+// every match of re; ok is false when there are none.
+func literalPrefixes(re *syntax.Regexp) ([]string, bool) {
+	p, _, ok := prefixSet(re)
+	return p, ok && len(p) > 0 && !slices.Contains(p, "")
+}
+
+// prefixSet: the literal prefixes of re's matches; exact when re matches
+// exactly those strings.
+func prefixSet(re *syntax.Regexp) (set []string, exact, ok bool) {
+	switch re.Op {
+	case syntax.OpLiteral:
+		return []string{strings.ToLower(string(re.Rune))}, true, true
+	case syntax.OpCapture:
+		return prefixSet(re.Sub[0])
+	case syntax.OpConcat:
+		acc := []string{""}
+		for _, s := range re.Sub {
+			switch s.Op {
+			case syntax.OpBeginText, syntax.OpBeginLine, syntax.OpEmptyMatch:
+				continue
+			}
+			p, ex, ok := prefixSet(s)
+			if !ok || len(acc)*len(p) > 64 {
+				return acc, false, true
+			}
+			var next []string
+			for _, a := range acc {
+				for _, b := range p {
+					if !slices.Contains(next, a+b) {
+						next = append(next, a+b)
+					}
+				}
+			}
+			acc = next
+			if !ex {
+				return acc, false, true
+			}
+		}
+		return acc, true, true
+	case syntax.OpAlternate:
+		var out []string
+		exact = true
+		for _, s := range re.Sub {
+			p, ex, ok := prefixSet(s)
+			if !ok || len(p) == 0 || slices.Contains(p, "") {
+				return nil, false, false
+			}
+			out = append(out, p...)
+			exact = exact && ex
+		}
+		return out, exact, true
+	case syntax.OpPlus:
+		p, _, ok := prefixSet(re.Sub[0])
+		return p, false, ok
+	case syntax.OpRepeat:
+		if re.Min > 0 {
+			p, _, ok := prefixSet(re.Sub[0])
+			return p, false, ok
+		}
+	case syntax.OpCharClass:
+		// A small class, like [Aa]: each character.
+		var out []string
+		for i := 0; i+1 < len(re.Rune); i += 2 {
+			for c := re.Rune[i]; c <= re.Rune[i+1]; c++ {
+				if len(out) >= 8 {
+					return nil, false, false
+				}
+				if l := strings.ToLower(string(c)); !slices.Contains(out, l) {
+					out = append(out, l)
+				}
+			}
+		}
+		return out, true, len(out) > 0
+	}
+	return nil, false, false
+}
+
+// runeEntropy is gitleaks' Shannon entropy: counts per rune, divided by
+// the length in bytes.
+func runeEntropy(v []byte) float64 {
+	if len(v) == 0 {
+		return 0
+	}
+	for _, b := range v {
+		if b >= 0x80 {
+			return runeEntropySlow(string(v))
+		}
+	}
+	return entropy(v)
+}
+
+func runeEntropySlow(s string) float64 {
+	n := map[rune]int{}
+	for _, r := range s {
+		n[r]++
+	}
+	h, l := 0.0, float64(len(s))
+	for _, c := range n {
+		p := float64(c) / l
+		h -= p * math.Log2(p)
+	}
+	return h
+}
+
+// nearGap is how far from a keyword that the expression does not spell a
+// match may be.
+const nearGap = 256
+
+// requiredLiterals returns literal strings (lower case) that every match of
+// expr contains.
+func requiredLiterals(expr string) []string {
+	re, err := syntax.Parse(expr, syntax.Perl)
+	if err != nil {
+		return nil
+	}
+	return required(re)
+}
+
+func required(re *syntax.Regexp) []string {
+	switch re.Op {
+	case syntax.OpLiteral:
+		if len(re.Rune) >= 3 {
+			return []string{strings.ToLower(string(re.Rune))}
+		}
+	case syntax.OpCapture, syntax.OpPlus:
+		return required(re.Sub[0])
+	case syntax.OpRepeat:
+		if re.Min > 0 {
+			return required(re.Sub[0])
+		}
+	case syntax.OpConcat:
+		var out []string
+		for _, s := range re.Sub {
+			out = append(out, required(s)...)
+		}
+		return out
+	case syntax.OpAlternate:
+		out := required(re.Sub[0])
+		for _, s := range re.Sub[1:] {
+			r := required(s)
+			out = slices.DeleteFunc(out, func(l string) bool { return !slices.Contains(r, l) })
+		}
+		return out
+	}
+	return nil
+}
+
+// containsFold: s (lower case ASCII) occurs in b, ASCII case ignored.
+func containsFold(b []byte, s string) bool {
+	if len(s) == 0 {
+		return true
+	}
+	c0, C0 := s[0], s[0]
+	if 'a' <= c0 && c0 <= 'z' {
+		C0 = c0 - 'a' + 'A'
+	}
+	for i := 0; i+len(s) <= len(b); i++ {
+		if b[i] != c0 && b[i] != C0 {
+			continue
+		}
+		j := 1
+		for j < len(s) && lower(b[i+j]) == s[j] {
+			j++
+		}
+		if j == len(s) {
+			return true
+		}
+	}
+	return false
+}
