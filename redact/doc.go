@@ -44,8 +44,7 @@
 // digitalocean_token (dop_v1_), vault_token (hvs.), age_secret_key
 // (AGE-SECRET-KEY-1), shopify_token (shpat_), databricks_token (dapi),
 // postman_api_key (PMAK-), linear_api_key (lin_api_), grafana_token (glsa_,
-// glc_), newrelic_api_key (NRAK-), doppler_token (dp.pt.), sentry_token
-// (sntrys_), pulumi_access_token (pul-), heroku_api_key (HRKU-),
+// glc_), newrelic_api_key (NRAK-), doppler_token (dp.pt.), pulumi_access_token (pul-), heroku_api_key (HRKU-),
 // terraform_cloud_token (….atlasv1.…).
 //
 // Any issuer: jwt (eyJ….….…); private_key (PEM "BEGIN … PRIVATE KEY"

@@ -146,3 +146,21 @@ func namesCredential(v []byte) bool {
 	}
 	return false
 }
+
+// placeholderToken: a provider token that is a placeholder, not a token
+// (ghp_xxxx…, AKIAXXXX…, glc_1111…, hvs.aaaa…): six or more of one byte in
+// a row, four x in a row, or a long token of low entropy.
+func placeholderToken(v []byte) bool {
+	run := 1
+	for i := 1; i < len(v); i++ {
+		if v[i] == v[i-1] {
+			if run++; run >= 6 {
+				return true
+			}
+		} else {
+			run = 1
+		}
+	}
+	l := bytes.ToLower(v)
+	return bytes.Contains(l, []byte("xxxx")) || len(v) >= 20 && entropy(v) < 3
+}

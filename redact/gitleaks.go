@@ -30,11 +30,45 @@ var gitleaksReplaced = map[string]string{
 	// Whole blocks (also JSON-escaped and base64-encoded), and no block
 	// without a body.
 	"private-key": "private_key, openssh_private_key, pgp_private_key",
-	// curl -u/--user and -H are read by the flag and header rules.
-	"curl-auth-user":   "curl_basic_auth",
-	"curl-auth-header": "authorization_header",
-	// The same, without the host: only the secret path is redacted.
-	"slack-webhook-url": "slack_webhook",
+}
+
+// gitleaksPrio: gitleaks rules of any issuer's credentials, named after
+// sandboxd's rules of the same kind when both match.
+var gitleaksPrio = map[string]int{
+	"jwt":              prioJWT + 1,
+	"jwt-base64":       prioJWT + 1,
+	"curl-auth-header": prioHeader + 1,
+	"curl-auth-user":   prioHeader + 1,
+}
+
+// gitleaksFamily maps sandboxd's own provider types to the gitleaks rule
+// of the same tokens, whose allowlists (known public values) apply to them
+// too.
+var gitleaksFamily = map[string]string{
+	"google_api_key":          "gcp-api-key",
+	"github_pat":              "github-pat",
+	"github_oauth_token":      "github-oauth",
+	"github_app_token":        "github-app-token",
+	"github_refresh_token":    "github-refresh-token",
+	"github_fine_grained_pat": "github-fine-grained-pat",
+	"gitlab_pat":              "gitlab-pat",
+	"huggingface_token":       "huggingface-access-token",
+	"vault_token":             "vault-service-token",
+	"aws_access_key_id":       "aws-access-token",
+}
+
+// gitleaksAllowlists returns the allowlists of gitleaks rule id and the
+// global ones.
+func gitleaksAllowlists(id string) []allowlist {
+	cfg, err := gitleaksRuleset()
+	if err != nil {
+		return nil
+	}
+	gr, ok := cfg.Rules[id]
+	if !ok {
+		return nil
+	}
+	return append(convertAllowlists(cfg.Allowlists, id), convertAllowlists(gr.Allowlists, id)...)
 }
 
 // gitleaksRuleset is the parsed default configuration.
@@ -75,6 +109,9 @@ func gitleaksRules() ([]*rule, error) {
 		r, err := gitleaksRule(gr, cfg.Allowlists)
 		if err != nil {
 			return nil, fmt.Errorf("redact: gitleaks rule %s: %w", id, err)
+		}
+		if p, ok := gitleaksPrio[id]; ok {
+			r.prio = p
 		}
 		out = append(out, r)
 	}
@@ -224,15 +261,21 @@ func gitleaksRule(gr glconfig.Rule, global []*glconfig.Allowlist) (*rule, error)
 			ms++
 		}
 		s, e := ms, me
-		if group > 0 && 2*group+1 < len(m) {
-			s, e = m[2*group], m[2*group+1]
-		} else if group == 0 && !named {
-			for g := 1; 2*g+1 < len(m); g++ {
-				if m[2*g] >= 0 && m[2*g+1] > m[2*g] {
-					s, e = m[2*g], m[2*g+1]
-					break
+		// Like gitleaks, read the groups of the match on its own (it
+		// may end differently there: at the end of the text).
+		if g := re.FindSubmatchIndex(win[ms:me]); g != nil {
+			if group > 0 && 2*group+1 < len(g) && g[2*group] >= 0 {
+				s, e = ms+g[2*group], ms+g[2*group+1]
+			} else if group == 0 && !named {
+				for k := 1; 2*k+1 < len(g); k++ {
+					if g[2*k] >= 0 && g[2*k+1] > g[2*k] {
+						s, e = ms+g[2*k], ms+g[2*k+1]
+						break
+					}
 				}
 			}
+		} else if group > 0 && 2*group+1 < len(m) {
+			s, e = m[2*group], m[2*group+1]
 		}
 		if s < 0 || e <= s {
 			return 0, 0, false

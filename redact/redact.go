@@ -100,6 +100,11 @@ func Default() *Redactor { return defaultRedactor() }
 
 func build(rules []*rule) *Redactor {
 	r := &Redactor{rules: rules}
+	for _, ru := range rules {
+		if id, ok := gitleaksFamily[ru.typ]; ok && ru.source == "" && ru.allow == nil {
+			ru.allow = gitleaksAllowlists(id)
+		}
+	}
 	index := map[string]int{}
 	typeSet := map[string]bool{}
 	for i, ru := range rules {
@@ -325,6 +330,14 @@ func (r *Redactor) accept(win []byte, ws int64, m []int, ru *rule, out []cand) [
 	}
 	if bytes.HasPrefix(v, redactedPrefix) {
 		return out
+	}
+	if ru.prio == prioProvider && ru.source == "" && placeholderToken(v) {
+		return out
+	}
+	for i := range ru.allow {
+		if ru.allow[i].allowed(v, v, nil) {
+			return out
+		}
 	}
 	return append(out, cand{start: ws + int64(s), end: ws + int64(e), prio: ru.prio, rule: ru.idx})
 }

@@ -277,7 +277,9 @@ func TestGluedTokensAreRedacted(t *testing.T) {
 	r := Default()
 	anchored := map[string][]string{} // type -> keywords of its anchored rules
 	for _, ru := range r.rules {
-		if ru.anchored {
+		// gitleaks' rules keep its \b; so do Stripe's and Google's keys,
+		// which occur glued inside other words (task_test_…, base64).
+		if ru.anchored && ru.source == "" && ru.pre == nil {
 			anchored[ru.typ] = append(anchored[ru.typ], ru.keywords...)
 		}
 	}

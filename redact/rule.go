@@ -164,6 +164,9 @@ type rule struct {
 	// near lists keywords (lower case) that a match need not contain: a
 	// match anywhere in such a keyword's window counts.
 	near map[string]bool
+	// allow: gitleaks allowlists of the same family (sandboxd's own
+	// rules), applied to the redacted text.
+	allow []allowlist
 	// source names where a rule that is not sandboxd's own comes from
 	// ("gitleaks:<id>").
 	source string
