@@ -257,8 +257,11 @@ func parseValue(win []byte, a assignment, j int) (assignment, bool) {
 	e := j
 	for e < len(win) {
 		b := win[e]
-		if b <= ' ' || b == '"' || b == '\'' || b == '`' || b == ',' || b == ';' || b == '&' || b == '<' || b == '>' || b == 0x7f {
+		if b <= ' ' || b == '"' || b == '\'' || b == '`' || b == ',' || b == ';' || b == '<' || b == '>' || b == 0x7f {
 			break
+		}
+		if b == '&' && queryParam(win[e+1:]) {
+			break // a=b&c=d
 		}
 		if b == '\\' && e+1 < len(win) && (win[e+1] == 'n' || win[e+1] == 'r' || win[e+1] == 't' || win[e+1] == '"') {
 			break
@@ -274,6 +277,15 @@ func parseValue(win []byte, a assignment, j int) (assignment, bool) {
 	}
 	a.vs, a.ve = j, j+len(v)
 	return a, true
+}
+
+// queryParam: rest starts with name= (the next parameter of a query).
+func queryParam(rest []byte) bool {
+	i := 0
+	for i < len(rest) && i < 64 && (isWord(rest[i]) || rest[i] == '.' || rest[i] == '-' || rest[i] == '[' || rest[i] == ']') {
+		i++
+	}
+	return i > 0 && i < len(rest) && rest[i] == '='
 }
 
 func skipBlanks(win []byte, i, n int) int {
@@ -478,13 +490,14 @@ func secretOK(win []byte, a assignment, v []byte) bool {
 	if !a.delimited && looksLikeCode(v) {
 		return false
 	}
-	var digit, letter, symbol bool
+	var digit, letter, symbol, upper bool
 	for _, b := range v {
 		switch {
 		case '0' <= b && b <= '9':
 			digit = true
 		case isLetter(b):
 			letter = true
+			upper = upper || b <= 'Z'
 		case b == ' ':
 			return false
 		default:
@@ -492,6 +505,10 @@ func secretOK(win []byte, a assignment, v []byte) bool {
 		}
 	}
 	// gitleaks' threshold for its generic rule.
+	// Short values in one case are mostly ids and hashes.
+	if len(v) < 20 && !upper && !symbol {
+		return false
+	}
 	if !letter || !digit && !symbol || runeEntropy(v) <= 3.5 {
 		return false
 	}
@@ -565,9 +582,16 @@ func genericAllowed(win []byte, a assignment, v []byte) bool {
 	if a.delimited && a.ve < len(win) {
 		match = win[a.ns : a.ve+1]
 	}
+	// Stop words only for values made of words (SalesResults-1.2,
+	// prod5zyxlmy-cmk): in a random token, one of gitleaks' 1,400 stop
+	// words (json, arch, ...) turns up by chance in several per cent.
+	secret := v
+	if !bytes.ContainsAny(v, "-_. ") {
+		secret = nil
+	}
 	als := genericAllowlists()
 	for i := range als {
-		if als[i].allowed(v, match, nil) {
+		if als[i].allowed(secret, match, nil) {
 			return true
 		}
 	}

@@ -133,14 +133,16 @@ func looksLikeCode(v []byte) bool {
 	return dots > 0 && digits == 0
 }
 
-var credentialWords = [][]byte{[]byte("key"), []byte("token"), []byte("private"), []byte("cert"), []byte("cred"), []byte("pass")}
+var credentialWords = map[string]bool{"key": true, "keys": true, "token": true, "tokens": true, "private": true, "cert": true,
+	"cred": true, "creds": true, "credential": true, "credentials": true, "pass": true, "password": true, "passwd": true,
+	"secret": true, "secrets": true, "pwd": true, "apikey": true, "privatekey": true, "passphrase": true}
 
 // namesCredential: an unquoted value that names a credential is a variable
-// (testRSA2048PrivateKey, cfg.Token), not a credential.
+// (testRSA2048PrivateKey, cfg.Token), not a credential: one of its parts
+// (as nameParts splits it) is a credential word.
 func namesCredential(v []byte) bool {
-	l := bytes.ToLower(v)
-	for _, w := range credentialWords {
-		if bytes.Contains(l, w) {
+	for _, p := range nameParts(v) {
+		if credentialWords[p] {
 			return true
 		}
 	}

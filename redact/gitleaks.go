@@ -157,6 +157,9 @@ func (a *allowlist) allowed(secret, match, line []byte) bool {
 	case "line":
 		target = line
 	}
+	if a.target == "" && len(secret) == 0 && len(a.stopwords) > 0 && len(a.regexes) == 0 {
+		return false
+	}
 	re := false
 	if len(target) > 0 {
 		for _, x := range a.regexes {
@@ -269,7 +272,12 @@ func gitleaksRule(gr glconfig.Rule, global []*glconfig.Allowlist) (*rule, error)
 			} else if group == 0 && !named {
 				for k := 1; 2*k+1 < len(g); k++ {
 					if g[2*k] >= 0 && g[2*k+1] > g[2*k] {
-						s, e = ms+g[2*k], ms+g[2*k+1]
+						// A short first group is a part of the token's
+						// shape (([a-z0-9]{4}-){3}), not the token: the
+						// whole match is.
+						if g[2*k+1]-g[2*k] >= 8 {
+							s, e = ms+g[2*k], ms+g[2*k+1]
+						}
 						break
 					}
 				}
