@@ -40,3 +40,22 @@ func withoutNear(r *Redactor) *Redactor {
 	}
 	return build(rules)
 }
+
+// gitleaksStyle redacts as gitleaks' detector scans: one keyword pass, then
+// each rule with a keyword present runs over the whole text.
+func gitleaksStyle(r *Redactor, text []byte) []cand {
+	_, hits := r.ac.scan(text, 0, 0, r.lens, nil)
+	seen := map[*rule]bool{}
+	var cands []cand
+	for _, h := range hits {
+		for _, ref := range r.kws[h.kw].refs {
+			if ru := ref.rule; !seen[ru] && ru.near == nil {
+				seen[ru] = true
+				for _, m := range ru.re.FindAllSubmatchIndex(text, -1) {
+					cands = r.accept(text, 0, m, ru, cands)
+				}
+			}
+		}
+	}
+	return merge(cands)
+}

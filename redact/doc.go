@@ -47,6 +47,17 @@
 // glc_), newrelic_api_key (NRAK-), doppler_token (dp.pt.), pulumi_access_token (pul-), heroku_api_key (HRKU-),
 // terraform_cloud_token (….atlasv1.…).
 //
+// Every provider rule of gitleaks' default configuration too (MIT
+// licence, read as data from the configuration embedded in the
+// github.com/zricethezav/gitleaks/v8 module in go.mod, so a version bump
+// brings new rules; about 215 rules, 126 families): each is named after its
+// gitleaks id in snake case (planetscale_password, notion_api_token,
+// onepassword_secret_key, ...), keeps its keywords, expression, secret
+// group, entropy threshold and allowlists, and runs anchored at its keyword
+// or in a window around it. gitleaks' generic-api-key and private-key rules
+// are replaced by sandboxd's; where a sandboxd rule and a gitleaks rule
+// match the same secret, it is redacted once, under sandboxd's name.
+//
 // Any issuer: jwt (eyJ….….…); private_key (PEM "BEGIN … PRIVATE KEY"
 // blocks, also JSON-escaped and base64-encoded as in kubeconfig files),
 // openssh_private_key, pgp_private_key; authorization_header (the credential
@@ -55,17 +66,27 @@
 // Docker's config.json);
 // db_url_password (postgres, mysql, mongodb(+srv), redis, amqp, … URLs) and
 // url_password (any other scheme://user:password@): the password only;
-// password (password/passwd/passphrase/pass = value, "--password value",
-// <password>value</password>: the value only) and generic_secret (secret,
-// token, api_key, access_key, private_key, client_secret, … = a long,
-// high-entropy value with letters and digits).
+// password and generic_secret: a value assigned to a name that says it
+// holds a secret, read by the assignment rule (assign.go): the name is
+// split into parts (some_api_token_123, mySecretString, X-Api-Key) and
+// names a password (password, passwd, pwd, passphrase, ...pass) or another
+// secret (secret, token, creds, auth, apikey, key after api/access/private/
+// client/...), unless a part makes it something else (public, id, name,
+// url, file, length, hash, ...). Separators: = := ::= :::= ?= .= += => :,
+// a type between (var x string =, let x: &str =), <name>value</name> also
+// across lines, --name value, f("NAME", "value"). A quoted value is
+// redacted whole whatever its length.
 //
 // The assignment and URL rules skip placeholders and references: password,
 // changeme, runs of * or x, <...>, ${VAR}, $VAR, {{...}}, %(name)s,
 // ENV_VAR_NAMES, values containing example/sample/dummy/placeholder/your_,
-// expressions (calls, indexing, dotted names), variables named like
-// credentials, documentation hosts (example.com), and already redacted text
-// (redacting twice changes nothing).
+// values cut short with "...", expressions (calls, indexing, dotted names),
+// variables named like credentials, documentation hosts (example.com), and
+// already redacted text (redacting twice changes nothing). generic_secret
+// values also need gitleaks' entropy (over 3.5), a digit or a symbol, and
+// pass gitleaks' allowlists for its generic rule. Provider tokens that are
+// placeholders (ghp_xxxx…, AKIAXXXX…, runs of one character, low entropy)
+// are left, and so are values on gitleaks' allowlists (public Google keys).
 //
 // Extra rules (Rule, e.g. from an exec profile) are added with New; each
 // needs a type, keywords and a regex, and may redact only a capture group
