@@ -51,7 +51,7 @@ func builtinSpecs() []spec {
 		{typ: "aws_session_token", kw: []string{"IQoJb3JpZ2luX2Vj", "FwoGZXIvYXdz"}, cs: true, anchored: true,
 			re: `(?:IQoJb3JpZ2luX2Vj|FwoGZXIvYXdz)[A-Za-z0-9/+]{80,}={0,2}`, after: longSpan},
 		{typ: "google_api_key", kw: []string{"AIza"}, cs: true, anchored: true,
-			re: `(AIza[0-9A-Za-z_-]{35})(?:[^0-9A-Za-z_-]|$)`, group: 1, pre: notAfterAlnum},
+			re: `(AIza[0-9A-Za-z_-]{35})(?:[^0-9A-Za-z_-]|$)`, group: 1, check: gluedToken(len("AIza"), 1)},
 		{typ: "google_oauth_client_secret", kw: []string{"GOCSPX-"}, cs: true, anchored: true,
 			re: `(GOCSPX-[0-9A-Za-z_-]{28})(?:[^0-9A-Za-z_-]|$)`, group: 1},
 		{typ: "google_oauth_access_token", kw: []string{"ya29."}, cs: true, anchored: true,
@@ -62,7 +62,7 @@ func builtinSpecs() []spec {
 			re: `(?i)sig=([A-Za-z0-9%+/]{40,120}(?:%3D|=){0,2})`, group: 1,
 			pre: func(win []byte, ks, _ int) bool { return ks > 0 && bytes.IndexByte([]byte("?&;"), win[ks-1]) >= 0 }},
 		{typ: "azure_client_secret", kw: []string{"Q~"}, cs: true, before: 5, minEntropy: 3.5,
-			re: `[A-Za-z0-9_~.]{3}\dQ~[A-Za-z0-9_~.-]{31,34}`, check: boundedBy(`A-Za-z0-9_~.-`)},
+			re: `[A-Za-z0-9_~.]{3}\dQ~[A-Za-z0-9_~.-]{31,34}`, check: endBoundedBy(`A-Za-z0-9_~.-`)},
 
 		// Code hosts.
 		{typ: "github_pat", kw: []string{"ghp_"}, cs: true, anchored: true, re: `ghp_` + b62 + `{36}\b`},
@@ -90,9 +90,9 @@ func builtinSpecs() []spec {
 
 		// Payments and messaging.
 		{typ: "stripe_secret_key", kw: []string{"sk_live_", "sk_test_"}, cs: true, anchored: true,
-			re: `sk_(?:live|test)_` + b62 + `{10,247}`, pre: notAfterAlnum},
+			re: `sk_(?:live|test)_` + b62 + `{10,247}`, check: gluedToken(len("sk_live_"), 0)},
 		{typ: "stripe_restricted_key", kw: []string{"rk_live_", "rk_test_"}, cs: true, anchored: true,
-			re: `rk_(?:live|test)_` + b62 + `{10,247}`, pre: notAfterAlnum},
+			re: `rk_(?:live|test)_` + b62 + `{10,247}`, check: gluedToken(len("rk_live_"), 0)},
 		{typ: "stripe_webhook_secret", kw: []string{"whsec_"}, cs: true, anchored: true,
 			re: `whsec_[0-9A-Za-z+/]{32,64}`},
 		{typ: "twilio_api_key", kw: []string{"SK"}, cs: true, anchored: true, minEntropy: 3,
@@ -102,7 +102,7 @@ func builtinSpecs() []spec {
 
 		// AI providers.
 		{typ: "openai_api_key", kw: []string{"T3BlbkFJ"}, cs: true, before: 3 + 11 + 200, after: 200,
-			re: `\bsk-(?:[a-z]{1,10}-)?[A-Za-z0-9_-]{20,200}T3BlbkFJ[A-Za-z0-9_-]{20,200}`},
+			re: `sk-(?:[a-z]{1,10}-)?[A-Za-z0-9_-]{20,200}T3BlbkFJ[A-Za-z0-9_-]{20,200}`},
 		{typ: "openai_api_key", kw: []string{"sk-proj-", "sk-svcacct-", "sk-admin-"}, cs: true, anchored: true,
 			re: `sk-(?:proj|svcacct|admin)-[A-Za-z0-9_-]{40,250}`},
 		{typ: "anthropic_api_key", kw: []string{"sk-ant-"}, cs: true, anchored: true,
@@ -139,7 +139,7 @@ func builtinSpecs() []spec {
 		{typ: "pulumi_access_token", kw: []string{"pul-"}, cs: true, anchored: true, re: `pul-[a-f0-9]{40}\b`},
 		{typ: "heroku_api_key", kw: []string{"HRKU-"}, cs: true, anchored: true, re: `HRKU-[0-9A-Za-z_-]{20,100}`},
 		{typ: "terraform_cloud_token", kw: []string{".atlasv1."}, cs: true,
-			re: `\b[A-Za-z0-9]{14}\.atlasv1\.[A-Za-z0-9_=-]{60,70}`},
+			re: `[A-Za-z0-9]{14}\.atlasv1\.[A-Za-z0-9_=-]{60,70}`},
 
 		// Tokens of any issuer.
 		{typ: "jwt", kw: []string{"eyJ"}, cs: true, anchored: true, prio: prioJWT, after: longSpan,
@@ -194,10 +194,17 @@ func tokenEnd(more string) func([]byte, []int) (int, int, bool) {
 	}
 }
 
-// notAfterAlnum: the keyword does not continue a word of letters and
-// digits (task_test_…, …TJAIzaTesb…): gitleaks' \b for these tokens.
-func notAfterAlnum(win []byte, ks, _ int) bool {
-	return ks == 0 || !(isLetter(win[ks-1]) || '0' <= win[ks-1] && win[ks-1] <= '9')
+// gluedToken: a token glued to a word (print("%3D" + key)) is redacted
+// too, when its part after the n-byte prefix has both cases as a base62
+// token does (tokenLike: task_test_environment is no Stripe key).
+func gluedToken(n, group int) func([]byte, []int) (int, int, bool) {
+	return func(win []byte, m []int) (int, int, bool) {
+		s, e := m[2*group], m[2*group+1]
+		if glued(win, m[0]) && !tokenLike(win[min(m[0]+n, e):e], alphabet{mixed: true}) {
+			return 0, 0, false
+		}
+		return s, e, true
+	}
 }
 
 // notExample drops AWS's documentation example keys (…EXAMPLE, …EXAMPLEKEY).
@@ -211,9 +218,10 @@ func notExample(group int) func([]byte, []int) (int, int, bool) {
 	}
 }
 
-// boundedBy keeps a match only when the bytes around it are outside class
-// (a set of ASCII ranges like `A-Za-z0-9_`).
-func boundedBy(class string) func([]byte, []int) (int, int, bool) {
+// endBoundedBy keeps a match only when the byte after it is outside class
+// (a set of ASCII ranges like `A-Za-z0-9_`). What comes before does not
+// matter: a secret may be glued to a word.
+func endBoundedBy(class string) func([]byte, []int) (int, int, bool) {
 	var in [256]bool
 	for i := 0; i < len(class); i++ {
 		if i+2 < len(class) && class[i+1] == '-' {
@@ -226,7 +234,7 @@ func boundedBy(class string) func([]byte, []int) (int, int, bool) {
 		in[class[i]] = true
 	}
 	return func(win []byte, m []int) (int, int, bool) {
-		if m[0] > 0 && in[win[m[0]-1]] || m[1] < len(win) && in[win[m[1]]] {
+		if m[1] < len(win) && in[win[m[1]]] {
 			return 0, 0, false
 		}
 		return m[0], m[1], true

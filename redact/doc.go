@@ -58,6 +58,17 @@
 // are replaced by sandboxd's; where a sandboxd rule and a gitleaks rule
 // match the same secret, it is redacted once, under sandboxd's name.
 //
+// Glued tokens (glue.go): a token printed glued to what comes before it (a
+// letter, a digit, "_", the "%3D" of a URL-encoded query:
+// print("%3D" + token)) is redacted in full. sandboxd's rules with a
+// literal prefix ignore what precedes it, and a gitleaks rule's \b before a
+// distinctive literal prefix (sk_live_, AIza, hvs., glpat-, A3-, cmVmd, ...)
+// does not apply. Prefixes that turn up inside words, hashes and base64
+// keep it: s., ey, EAAA, EAAC, EAAM, ACCA, 4b1d. The part of a glued token
+// after its prefix must have both cases when its alphabet has both (so
+// task_test_environment is no Stripe key), or a digit when the alphabet
+// has digits and one case.
+//
 // Any issuer: jwt (eyJ….….…); private_key (PEM "BEGIN … PRIVATE KEY"
 // blocks, also JSON-escaped and base64-encoded as in kubeconfig files),
 // openssh_private_key, pgp_private_key; authorization_header (the credential

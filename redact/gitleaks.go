@@ -202,8 +202,14 @@ func gitleaksRule(gr glconfig.Rule, global []*glconfig.Allowlist) (*rule, error)
 	if len(r.keywords) == 0 {
 		return nil, fmt.Errorf("no keywords")
 	}
+	// Glued tokens (glue.go): an anchored rule drops its leading \b and
+	// checks it here, except before a distinctive prefix (glue); a window
+	// rule loses each \b that stands before one (freed).
 	boundary := false
-	if rest, b, ok := anchorable(expr, gr.Keywords); ok {
+	var glue []lit
+	var abc alphabet
+	if tail, b, ok := anchorable(expr, gr.Keywords); ok {
+		rest := tail.String()
 		are, err := regexp.Compile(`^(?:` + rest + `)`)
 		if err != nil {
 			return nil, err
@@ -212,12 +218,38 @@ func gitleaksRule(gr glconfig.Rule, global []*glconfig.Allowlist) (*rule, error)
 			return nil, fmt.Errorf("anchored form has %d groups, want %d", are.NumSubexp(), re.NumSubexp())
 		}
 		r.anchored, r.are, boundary = true, are, b
+		// Only where the token itself follows the \b: the expression has
+		// no groups or starts with one (\b(sk_live_...)), not \bcurl ...
+		if b && (!hasCapture(tail) || tail.Op == syntax.OpCapture || tail.Op == syntax.OpConcat && tail.Sub[0].Op == syntax.OpCapture) {
+			lits, _, _ := prefixLits(tail)
+			for _, l := range lits {
+				if distinctive(l) {
+					glue = append(glue, l)
+				} else {
+					r.bound = append(r.bound, l.s)
+				}
+			}
+			r.glue = glue
+			abc = alphabetOf(tail)
+		}
 		r.before = 0
 		r.after = maxMatchLen(rest)
 		if r.after < 0 {
 			r.after = longSpan
 		}
 	} else {
+		if parsed, err := syntax.Parse(expr, syntax.Perl); err == nil {
+			var freed []lit
+			if un := unglue(parsed, &freed); len(freed) > 0 {
+				ure, err := regexp.Compile(un.String())
+				if err != nil || ure.NumSubexp() != re.NumSubexp() {
+					return nil, fmt.Errorf("unglued form %s: %v", un, err)
+				}
+				expr, re, r.re = un.String(), ure, ure
+				glue, r.glue = freed, freed
+				abc = alphabetOf(un)
+			}
+		}
 		r.before, r.after = maxMatchLen(expr), maxMatchLen(expr)
 		if r.before < 0 {
 			// Unbounded: a match that starts too far back is missed, not
@@ -253,7 +285,16 @@ func gitleaksRule(gr glconfig.Rule, global []*glconfig.Allowlist) (*rule, error)
 	named := slices.ContainsFunc(re.SubexpNames(), func(n string) bool { return n != "" })
 	group, minEntropy := gr.SecretGroup, gr.Entropy
 	r.check = func(win []byte, m []int) (int, int, bool) {
-		if boundary && m[0] > 0 && isWord(win[m[0]-1]) && isWord(win[m[0]]) {
+		// A glued match: past a distinctive prefix, the rest must look
+		// random; another prefix keeps gitleaks' \b.
+		bodyFrom := -1
+		if len(glue) > 0 && glued(win, m[0]) {
+			if l, ok := gluePrefix(win, m[0], glue); ok {
+				bodyFrom = m[0] + len(l.s)
+			} else if boundary {
+				return 0, 0, false
+			}
+		} else if boundary && glued(win, m[0]) {
 			return 0, 0, false
 		}
 		ms, me := m[0], m[1]
@@ -288,6 +329,11 @@ func gitleaksRule(gr glconfig.Rule, global []*glconfig.Allowlist) (*rule, error)
 		if s < 0 || e <= s {
 			return 0, 0, false
 		}
+		// The prefix must start the secret (a glued name, like the data:
+		// of metadata:, is no token), and the rest look random.
+		if bodyFrom >= 0 && (s != m[0] || !tokenLike(win[min(bodyFrom, e):e], abc)) {
+			return 0, 0, false
+		}
 		secret := win[s:e]
 		if minEntropy > 0 && runeEntropy(secret) <= minEntropy {
 			return 0, 0, false
@@ -319,10 +365,10 @@ func isWord(b byte) bool {
 // leading optional run (gitleaks' `[\w.-]{0,50}?` before an identifier)
 // are dropped, starts with one of keywords (ASCII case ignored); rest is
 // the expression without them, boundary whether a \b was dropped.
-func anchorable(expr string, keywords []string) (rest string, boundary, ok bool) {
+func anchorable(expr string, keywords []string) (rest *syntax.Regexp, boundary, ok bool) {
 	re, err := syntax.Parse(expr, syntax.Perl)
 	if err != nil {
-		return "", false, false
+		return nil, false, false
 	}
 	subs := []*syntax.Regexp{re}
 	if re.Op == syntax.OpConcat {
@@ -342,7 +388,7 @@ func anchorable(expr string, keywords []string) (rest string, boundary, ok bool)
 	}
 done:
 	if i >= len(subs) {
-		return "", false, false
+		return nil, false, false
 	}
 	tail := &syntax.Regexp{Op: syntax.OpConcat, Sub: subs[i:]}
 	if len(subs[i:]) == 1 {
@@ -350,14 +396,14 @@ done:
 	}
 	pre, ok := literalPrefixes(tail)
 	if !ok || len(pre) == 0 {
-		return "", false, false
+		return nil, false, false
 	}
 	for _, p := range pre {
 		if !slices.ContainsFunc(keywords, func(k string) bool { return strings.HasPrefix(p, strings.ToLower(k)) }) {
-			return "", false, false
+			return nil, false, false
 		}
 	}
-	return tail.String(), boundary, true
+	return tail, boundary, true
 }
 
 func hasCapture(re *syntax.Regexp) bool {
@@ -370,79 +416,14 @@ func hasCapture(re *syntax.Regexp) bool {
 // literalPrefixes returns, lower-cased, literal strings one of which starts
 // every match of re; ok is false when there are none.
 func literalPrefixes(re *syntax.Regexp) ([]string, bool) {
-	p, _, ok := prefixSet(re)
-	return p, ok && len(p) > 0 && !slices.Contains(p, "")
-}
-
-// prefixSet: the literal prefixes of re's matches; exact when re matches
-// exactly those strings.
-func prefixSet(re *syntax.Regexp) (set []string, exact, ok bool) {
-	switch re.Op {
-	case syntax.OpLiteral:
-		return []string{strings.ToLower(string(re.Rune))}, true, true
-	case syntax.OpCapture:
-		return prefixSet(re.Sub[0])
-	case syntax.OpConcat:
-		acc := []string{""}
-		for _, s := range re.Sub {
-			switch s.Op {
-			case syntax.OpBeginText, syntax.OpBeginLine, syntax.OpEmptyMatch:
-				continue
-			}
-			p, ex, ok := prefixSet(s)
-			if !ok || len(acc)*len(p) > 64 {
-				return acc, false, true
-			}
-			var next []string
-			for _, a := range acc {
-				for _, b := range p {
-					if !slices.Contains(next, a+b) {
-						next = append(next, a+b)
-					}
-				}
-			}
-			acc = next
-			if !ex {
-				return acc, false, true
-			}
+	p, _, ok := prefixLits(re)
+	var out []string
+	for _, l := range p {
+		if s := strings.ToLower(l.s); !slices.Contains(out, s) {
+			out = append(out, s)
 		}
-		return acc, true, true
-	case syntax.OpAlternate:
-		var out []string
-		exact = true
-		for _, s := range re.Sub {
-			p, ex, ok := prefixSet(s)
-			if !ok || len(p) == 0 || slices.Contains(p, "") {
-				return nil, false, false
-			}
-			out = append(out, p...)
-			exact = exact && ex
-		}
-		return out, exact, true
-	case syntax.OpPlus:
-		p, _, ok := prefixSet(re.Sub[0])
-		return p, false, ok
-	case syntax.OpRepeat:
-		if re.Min > 0 {
-			p, _, ok := prefixSet(re.Sub[0])
-			return p, false, ok
-		}
-	case syntax.OpCharClass:
-		// A small class, like [Aa]: each character.
-		var out []string
-		for i := 0; i+1 < len(re.Rune); i += 2 {
-			for c := re.Rune[i]; c <= re.Rune[i+1]; c++ {
-				if len(out) >= 8 {
-					return nil, false, false
-				}
-				if l := strings.ToLower(string(c)); !slices.Contains(out, l) {
-					out = append(out, l)
-				}
-			}
-		}
-		return out, true, len(out) > 0
 	}
-	return nil, false, false
+	return out, ok && len(out) > 0 && !slices.Contains(out, "")
 }
 
 // runeEntropy is gitleaks' Shannon entropy: counts per rune, divided by

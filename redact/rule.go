@@ -170,6 +170,11 @@ type rule struct {
 	// source names where a rule that is not sandboxd's own comes from
 	// ("gitleaks:<id>").
 	source string
+	// glue: the distinctive prefixes after a \b of a gitleaks rule, that
+	// match glued to a word (glue.go); bound: its other prefixes after a
+	// \b, which keep it.
+	glue  []lit
+	bound []string
 }
 
 // maxMatchLen returns an upper bound of the length in bytes of any match of
