@@ -139,14 +139,23 @@ var credentialWords = map[string]bool{"key": true, "keys": true, "token": true, 
 
 // namesCredential: an unquoted value that names a credential is a variable
 // (testRSA2048PrivateKey, cfg.Token), not a credential: one of its parts
-// (as nameParts splits it) is a credential word.
+// (as nameParts splits it) is a credential word, and it reads like a name,
+// with at most one part of one or two letters and two numbers (a random
+// token that happens to hold TOKEN, like A000012TOKEN7189B2CXY7Za, has
+// more).
 func namesCredential(v []byte) bool {
+	cred := false
+	short, nums := 0, 0
 	for _, p := range nameParts(v) {
-		if credentialWords[p] {
-			return true
+		switch {
+		case '0' <= p[0] && p[0] <= '9':
+			nums++
+		case len(p) < 3:
+			short++
 		}
+		cred = cred || credentialWords[p]
 	}
-	return false
+	return cred && short <= 1 && nums <= 2
 }
 
 // placeholderToken: a provider token that is a placeholder, not a token
