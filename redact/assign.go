@@ -3,6 +3,7 @@ package redact
 import (
 	"bytes"
 	"regexp"
+	"slices"
 	"strings"
 	"sync"
 )
@@ -185,6 +186,9 @@ func parseAssignment(win []byte, lo, ks, ke int) (assignment, bool) {
 	}
 	if a.sep == ':' && !a.quotedName && j < len(win) && win[j] != ' ' && win[j] != '\t' && win[j] != '"' && win[j] != '\'' {
 		return a, false // a:b:c, not a YAML or header value
+	}
+	if a.sep == ':' && string(win[ns:ne]) == "PASS" {
+		return a, false // a test's status: --- PASS: TestX_y (go test), PASS: file
 	}
 	// The value.
 	if a.sep == ',' || a.sep == '>' {
@@ -440,10 +444,33 @@ func hasAnySuffix(p string, sufs []string) bool {
 // valueOK: the value is a secret, not a placeholder, a reference or code.
 func valueOK(win []byte, a assignment) bool {
 	v := win[a.vs:a.ve]
+	// A value that holds its own name ("encryptionKey": "encryptionKey1024")
+	// is a label; one that an operator continues (tokens = 2*n + m) is an
+	// expression.
+	if name := win[a.ns:a.ne]; len(name) >= 8 && bytes.Contains(bytes.ToLower(v), bytes.ToLower(name)) {
+		return false
+	}
+	if !a.delimited && continued(win, a.ve) {
+		return false
+	}
 	if a.password {
 		return passwordOK(win, a, v)
 	}
 	return secretOK(win, a, v)
+}
+
+// continued: after win[:i] comes a binary operator between blanks and
+// more (x = a*b + c, x = y - 1).
+func continued(win []byte, i int) bool {
+	j := skipBlanks(win, i, 4)
+	if j == i || j+1 >= len(win) || bytes.IndexByte([]byte("+-*/%|&^"), win[j]) < 0 {
+		return false
+	}
+	k := j + 1
+	if k < len(win) && win[k] == win[j] { // ||, &&
+		k++
+	}
+	return k < len(win) && (win[k] == ' ' || win[k] == '\t')
 }
 
 func passwordOK(win []byte, a assignment, v []byte) bool {
@@ -513,9 +540,14 @@ func secretOK(win []byte, a assignment, v []byte) bool {
 		return false
 	}
 	// A provider's prefix: the provider's rule decides (xoxp-1234-1234…
-	// is no Slack token).
+	// is no Slack token, sm_aat_ilu2oac3v7 no SettleMint one).
 	for _, p := range providerPrefixes {
 		if bytes.HasPrefix(v, []byte(p)) {
+			return false
+		}
+	}
+	for _, p := range gitleaksPrefixes() {
+		if len(v) >= len(p) && equalFold(v[:len(p)], p) {
 			return false
 		}
 	}
@@ -528,6 +560,22 @@ func secretOK(win []byte, a assignment, v []byte) bool {
 
 var providerPrefixes = []string{"xoxb-", "xoxp-", "xoxa-", "xoxe", "xoxo-", "xoxs-", "xoxr-", "ghp_", "gho_", "ghu_", "ghs_", "ghr_",
 	"github_pat_", "glpat-", "sk_live_", "sk_test_", "rk_live_", "rk_test_", "AKIA", "ASIA", "AIza", "hvs.", "npm_", "pplx-"}
+
+// gitleaksPrefixes are the distinctive prefixes of gitleaks' token rules
+// (glue.go) of 6 bytes or more: shorter ones (sc_, API-) may start other
+// secrets too.
+var gitleaksPrefixes = sync.OnceValue(func() []string {
+	var out []string
+	rules, _ := gitleaksRules()
+	for _, r := range rules {
+		for _, l := range r.glue {
+			if len(l.s) >= 6 && !slices.Contains(out, l.s) {
+				out = append(out, l.s)
+			}
+		}
+	}
+	return out
+})
 
 // elided: a value cut short in documentation ("ops_eyJzaWdu...").
 func elided(v []byte) bool {
@@ -572,6 +620,20 @@ var genericAllowlists = sync.OnceValue(func() []allowlist {
 	return out
 })
 
+// longStopWords are the stop words of gitleaks' generic rule with 12 or
+// more characters.
+var longStopWords = sync.OnceValue(func() []string {
+	var out []string
+	for _, al := range genericAllowlists() {
+		for _, w := range al.stopwords {
+			if len(w) >= 12 {
+				out = append(out, w)
+			}
+		}
+	}
+	return out
+})
+
 var onlyWordChars = regexp.MustCompile(`^[a-zA-Z_.-]+$`)
 
 func genericAllowed(win []byte, a assignment, v []byte) bool {
@@ -585,13 +647,24 @@ func genericAllowed(win []byte, a assignment, v []byte) bool {
 	// Stop words only for values made of words (SalesResults-1.2,
 	// prod5zyxlmy-cmk): in a random token, one of gitleaks' 1,400 stop
 	// words (json, arch, ...) turns up by chance in several per cent.
+	// A stop word of 12 characters or more is a known public value, not a
+	// word (yarn's public apiKey 6fe4476e…): it applies to every value.
 	secret := v
 	if !bytes.ContainsAny(v, "-_. ") {
 		secret = nil
+		l := bytes.ToLower(v)
+		for _, w := range longStopWords() {
+			if bytes.Contains(l, []byte(w)) {
+				return true
+			}
+		}
 	}
+	// The allowlist's expressions on the match are about the name
+	// (public_token, key_id): one that only matches inside the value (a
+	// random value that holds PublicToken) does not count.
 	als := genericAllowlists()
 	for i := range als {
-		if als[i].allowed(secret, match, nil) {
+		if als[i].allowedAt(secret, match, nil, a.vs-a.ns) {
 			return true
 		}
 	}

@@ -150,6 +150,13 @@ func convertAllowlists(as []*glconfig.Allowlist, rule string) []allowlist {
 
 // allowed: gitleaks' allowlist semantics for a finding.
 func (a *allowlist) allowed(secret, match, line []byte) bool {
+	return a.allowedAt(secret, match, line, -1)
+}
+
+// allowedAt is allowed where a regex on the match must match starting
+// before offset before (the name of name = value, not the value), unless
+// before is negative.
+func (a *allowlist) allowedAt(secret, match, line []byte, before int) bool {
 	target := secret
 	switch a.target {
 	case "match":
@@ -163,8 +170,14 @@ func (a *allowlist) allowed(secret, match, line []byte) bool {
 	re := false
 	if len(target) > 0 {
 		for _, x := range a.regexes {
-			if x.Match(target) {
-				re = true
+			if before < 0 || a.target != "match" {
+				re = x.Match(target)
+			} else {
+				for _, m := range x.FindAllIndex(target, -1) {
+					re = re || m[0] < before
+				}
+			}
+			if re {
 				break
 			}
 		}
