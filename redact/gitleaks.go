@@ -218,10 +218,9 @@ func gitleaksRule(gr glconfig.Rule, global []*glconfig.Allowlist) (*rule, error)
 	// Glued tokens (glue.go): an anchored rule drops its leading \b and
 	// checks it here, except before a distinctive prefix (glue); a window
 	// rule loses each \b that stands before one (freed).
-	boundary := false
-	var glue []lit
+	var glue, bound []lit
 	var abc alphabet
-	if tail, b, ok := anchorable(expr, gr.Keywords); ok {
+	if tail, branches, ok := anchorable(expr, gr.Keywords); ok {
 		rest := tail.String()
 		are, err := regexp.Compile(`^(?:` + rest + `)`)
 		if err != nil {
@@ -230,21 +229,28 @@ func gitleaksRule(gr glconfig.Rule, global []*glconfig.Allowlist) (*rule, error)
 		if are.NumSubexp() != re.NumSubexp() {
 			return nil, fmt.Errorf("anchored form has %d groups, want %d", are.NumSubexp(), re.NumSubexp())
 		}
-		r.anchored, r.are, boundary = true, are, b
-		// Only where the token itself follows the \b: the expression has
-		// no groups or starts with one (\b(sk_live_...)), not \bcurl ...
-		if b && (!hasCapture(tail) || tail.Op == syntax.OpCapture || tail.Op == syntax.OpConcat && tail.Sub[0].Op == syntax.OpCapture) {
-			lits, _, _ := prefixLits(tail)
+		r.anchored, r.are = true, are
+		for _, br := range branches {
+			if !br.boundary {
+				continue
+			}
+			lits, _, _ := prefixLits(br.tail)
+			// Only where the token itself follows the \b: the secret is
+			// the whole match, or a group that starts the branch
+			// (\b(sk_live_...)), not \bcurl ... -H "Authorization: ..."
+			t := br.tail
+			whole := gr.SecretGroup == 0 && (!hasCapture(t) || slices.ContainsFunc(re.SubexpNames(), func(n string) bool { return n != "" }))
+			token := whole || t.Op == syntax.OpCapture || t.Op == syntax.OpConcat && t.Sub[0].Op == syntax.OpCapture
 			for _, l := range lits {
-				if distinctive(l) {
+				if token && distinctive(l) {
 					glue = append(glue, l)
 				} else {
-					r.bound = append(r.bound, l.s)
+					bound = append(bound, l)
 				}
 			}
-			r.glue = glue
-			abc = alphabetOf(tail)
 		}
+		r.glue, r.bound = glue, bound
+		abc = alphabetOf(tail)
 		r.before = 0
 		r.after = maxMatchLen(rest)
 		if r.after < 0 {
@@ -301,14 +307,15 @@ func gitleaksRule(gr glconfig.Rule, global []*glconfig.Allowlist) (*rule, error)
 		// A glued match: past a distinctive prefix, the rest must look
 		// random; another prefix keeps gitleaks' \b.
 		bodyFrom := -1
-		if len(glue) > 0 && glued(win, m[0]) {
-			if l, ok := gluePrefix(win, m[0], glue); ok {
-				bodyFrom = m[0] + len(l.s)
-			} else if boundary {
+		if glued(win, m[0]) {
+			lg, okg := gluePrefix(win, m[0], glue)
+			lb, okb := gluePrefix(win, m[0], bound)
+			switch {
+			case okb && (!okg || len(lb.s) > len(lg.s)):
 				return 0, 0, false
+			case okg:
+				bodyFrom = m[0] + len(lg.s)
 			}
-		} else if boundary && glued(win, m[0]) {
-			return 0, 0, false
 		}
 		ms, me := m[0], m[1]
 		for me > ms && win[me-1] == '\n' {
@@ -374,15 +381,44 @@ func isWord(b byte) bool {
 	return 'a' <= b|0x20 && b|0x20 <= 'z' || '0' <= b && b <= '9' || b == '_'
 }
 
+// anchorBranch is a branch of an anchorable expression: its tail from the
+// keyword on, and whether a \b before it was dropped.
+type anchorBranch struct {
+	tail     *syntax.Regexp
+	boundary bool
+}
+
 // anchorable reports whether every match of expr, once a leading \b and a
 // leading optional run (gitleaks' `[\w.-]{0,50}?` before an identifier)
 // are dropped, starts with one of keywords (ASCII case ignored); rest is
-// the expression without them, boundary whether a \b was dropped.
-func anchorable(expr string, keywords []string) (rest *syntax.Regexp, boundary, ok bool) {
+// the expression without them. An alternation at the top is taken branch
+// by branch (A|B: each branch must be anchorable).
+func anchorable(expr string, keywords []string) (rest *syntax.Regexp, branches []anchorBranch, ok bool) {
 	re, err := syntax.Parse(expr, syntax.Perl)
 	if err != nil {
-		return nil, false, false
+		return nil, nil, false
 	}
+	alts := []*syntax.Regexp{re}
+	if re.Op == syntax.OpAlternate {
+		alts = re.Sub
+	}
+	var tails []*syntax.Regexp
+	for _, a := range alts {
+		b, ok := anchorableBranch(a, keywords)
+		if !ok {
+			return nil, nil, false
+		}
+		branches = append(branches, b)
+		tails = append(tails, b.tail)
+	}
+	if len(tails) == 1 {
+		return tails[0], branches, true
+	}
+	return &syntax.Regexp{Op: syntax.OpAlternate, Flags: re.Flags, Sub: tails}, branches, true
+}
+
+func anchorableBranch(re *syntax.Regexp, keywords []string) (anchorBranch, bool) {
+	var b anchorBranch
 	subs := []*syntax.Regexp{re}
 	if re.Op == syntax.OpConcat {
 		subs = re.Sub
@@ -392,7 +428,7 @@ func anchorable(expr string, keywords []string) (rest *syntax.Regexp, boundary, 
 		s := subs[i]
 		switch {
 		case s.Op == syntax.OpWordBoundary:
-			boundary = true
+			b.boundary = true
 		case (s.Op == syntax.OpRepeat && s.Min == 0 || s.Op == syntax.OpStar || s.Op == syntax.OpQuest) && !hasCapture(s):
 		default:
 			goto done
@@ -401,22 +437,22 @@ func anchorable(expr string, keywords []string) (rest *syntax.Regexp, boundary, 
 	}
 done:
 	if i >= len(subs) {
-		return nil, false, false
+		return b, false
 	}
-	tail := &syntax.Regexp{Op: syntax.OpConcat, Sub: subs[i:]}
+	b.tail = &syntax.Regexp{Op: syntax.OpConcat, Sub: subs[i:]}
 	if len(subs[i:]) == 1 {
-		tail = subs[i]
+		b.tail = subs[i]
 	}
-	pre, ok := literalPrefixes(tail)
+	pre, ok := literalPrefixes(b.tail)
 	if !ok || len(pre) == 0 {
-		return nil, false, false
+		return b, false
 	}
 	for _, p := range pre {
 		if !slices.ContainsFunc(keywords, func(k string) bool { return strings.HasPrefix(p, strings.ToLower(k)) }) {
-			return nil, false, false
+			return b, false
 		}
 	}
-	return tail, boundary, true
+	return b, true
 }
 
 func hasCapture(re *syntax.Regexp) bool {

@@ -201,6 +201,14 @@ func prefixLits(re *syntax.Regexp) (set []lit, exact, ok bool) {
 			exact = exact && ex
 		}
 		return out, exact, true
+	case syntax.OpQuest:
+		// An optional part, like [_-]? in linked[_-]?in: with and
+		// without it.
+		p, ex, ok := prefixLits(re.Sub[0])
+		if !ok || len(p) > 8 {
+			return nil, false, false
+		}
+		return append(p, lit{}), ex, true
 	case syntax.OpPlus:
 		p, _, ok := prefixLits(re.Sub[0])
 		return p, false, ok

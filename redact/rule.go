@@ -173,8 +173,7 @@ type rule struct {
 	// glue: the distinctive prefixes after a \b of a gitleaks rule, that
 	// match glued to a word (glue.go); bound: its other prefixes after a
 	// \b, which keep it.
-	glue  []lit
-	bound []string
+	glue, bound []lit
 }
 
 // maxMatchLen returns an upper bound of the length in bytes of any match of
