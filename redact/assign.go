@@ -37,6 +37,9 @@ const (
 	// after it, the separator and the value.
 	nameSpan   = 64
 	assignSpan = 64 + 32 + 2048
+	// maxBareValue bounds an unquoted value (gitleaks' generic rule reads
+	// 150 bytes); a quoted one may be as long as assignSpan allows.
+	maxBareValue = 512
 )
 
 func assignSpecs() []spec {
@@ -263,6 +266,9 @@ func parseValue(win []byte, a assignment, j int) (assignment, bool) {
 		b := win[e]
 		if b <= ' ' || b == '"' || b == '\'' || b == '`' || b == ',' || b == ';' || b == '<' || b == '>' || b == 0x7f {
 			break
+		}
+		if e-j >= maxBareValue {
+			return a, false // minified code or data, not a value
 		}
 		if b == '&' && queryParam(win[e+1:]) {
 			break // a=b&c=d

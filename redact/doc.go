@@ -10,11 +10,17 @@
 // does a rule's regex run, in a window bounded by how far the rule's matches
 // can reach before and after the keyword, and a match counts only if it
 // contains that occurrence. Clean text therefore costs about one table
-// lookup per byte. Overlapping matches are united and named after the most
+// lookup per byte. A rule whose window is wide (a window rule, or an
+// anchored one whose matches may be longer than 128 bytes) runs once per
+// 1 KiB block of text over the windows of all its occurrences in the block,
+// or occurrence by occurrence when they are few (eval.go): however dense
+// the keywords, regexes read at most about 64 bytes per byte of text (text
+// made of one keyword repeated used to cost a 16 KiB window per
+// occurrence). Overlapping matches are united and named after the most
 // specific rule (private keys, then provider formats, then extra rules,
 // JWTs, URLs, headers, and name = value assignments last). Matches are
 // confined to their windows: results depend only on the text near each
-// keyword, which is what makes streaming exact.
+// keyword and its block, which is what makes streaming exact.
 //
 // # Types
 //
@@ -108,11 +114,13 @@
 // Writer redacts a stream as it is written, with the same result as
 // Redactor.Bytes on the whole stream whatever the write boundaries. It holds
 // back text that could still become part of a secret, never more than
-// Redactor.HoldBack bytes: for the built-in rules about 17 KB, set by
-// KeyBlockCap (16 KiB), the longest private key block searched for its END
-// line, and otherwise a few hundred bytes; an extra rule adds up to
-// 2*MaxRuleSpan plus its keyword. Text that cannot be part of a secret is
-// written at once. Limits: a private key block is redacted up to
+// Redactor.HoldBack bytes: for the built-in rules about 20 KB, set by the
+// longest reach after a keyword (16 KiB: KeyBlockCap for private key blocks
+// searched for their END line, and long tokens) plus the 1 KiB block of a
+// rule that runs per block; an extra rule adds up to 2*MaxRuleSpan plus
+// its keyword and a block. Text that cannot be part of a secret is written
+// at once; after a keyword, text waits for that keyword's rules' reach
+// (and block) to be complete. Limits: a private key block is redacted up to
 // KeyBlockCap after its BEGIN line (a longer one only that far); JWTs,
 // bearer credentials and base64-encoded keys up to 16 KiB; a chain of
 // overlapping secrets longer than 1 MiB is cut (each part still redacted).

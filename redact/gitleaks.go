@@ -229,7 +229,7 @@ func gitleaksRule(gr glconfig.Rule, global []*glconfig.Allowlist) (*rule, error)
 		if are.NumSubexp() != re.NumSubexp() {
 			return nil, fmt.Errorf("anchored form has %d groups, want %d", are.NumSubexp(), re.NumSubexp())
 		}
-		r.anchored, r.are = true, are
+		r.anchored, r.are, r.rest = true, are, rest
 		for _, br := range branches {
 			if !br.boundary {
 				continue
@@ -275,16 +275,7 @@ func gitleaksRule(gr glconfig.Rule, global []*glconfig.Allowlist) (*rule, error)
 			// cut (a window-mode match may not touch a cut window edge).
 			r.before, r.after = 1024, longSpan
 		}
-		if lits := requiredLiterals(expr); len(lits) > 0 {
-			r.pre = func(win []byte, _, _ int) bool {
-				for _, l := range lits {
-					if !containsFold(win, l) {
-						return false
-					}
-				}
-				return true
-			}
-		}
+		r.need = requiredLiterals(expr)
 		// A keyword that the expression does not spell (gitleaks only
 		// wants it in the same file): a match near it counts.
 		src := strings.ToLower(expr)

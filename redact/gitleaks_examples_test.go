@@ -142,14 +142,7 @@ func clip(s string) string {
 }
 
 // redactRanges returns the merged ranges that the Redactor replaces.
-func redactRanges(r *Redactor, b []byte) []cand {
-	_, hits := r.ac.scan(b, 0, 0, r.lens, nil)
-	var cands []cand
-	for _, h := range hits {
-		cands = r.evalHit(b, 0, int64(len(b)), h, cands)
-	}
-	return merge(cands)
-}
+func redactRanges(r *Redactor, b []byte) []cand { return r.find(b) }
 
 // secretsCovered: every occurrence of every secret lies inside the ranges.
 func secretsCovered(text string, secrets []string, ivs []cand) bool {

@@ -174,6 +174,17 @@ type rule struct {
 	// match glued to a word (glue.go); bound: its other prefixes after a
 	// \b, which keep it.
 	glue, bound []lit
+	// rest is the anchored expression (are without ^); ure, rest
+	// compiled, runs a block of an anchored rule (eval.go). block: the
+	// rule runs per block of text; maxK: its longest keyword; need:
+	// literals (lower case) that its window must hold.
+	rest   string
+	ure    *regexp.Regexp
+	block  bool
+	maxK   int
+	need   []string
+	sparse int // up to this many tasks in a block run one by one
+	maxLen int // of an anchored rule's matches; -1: unbounded
 }
 
 // maxMatchLen returns an upper bound of the length in bytes of any match of
