@@ -138,24 +138,27 @@ var credentialWords = map[string]bool{"key": true, "keys": true, "token": true, 
 	"secret": true, "secrets": true, "pwd": true, "apikey": true, "privatekey": true, "passphrase": true}
 
 // namesCredential: an unquoted value that names a credential is a variable
-// (testRSA2048PrivateKey, cfg.Token), not a credential: one of its parts
-// (as nameParts splits it) is a credential word, and it reads like a name,
-// with at most one part of one or two letters and two numbers (a random
-// token that happens to hold TOKEN, like A000012TOKEN7189B2CXY7Za, has
-// more).
+// (testRSA2048PrivateKey, cfg.Token, dbPassword2), not a credential: its
+// last word (as nameParts splits it, numbers aside) is a credential word,
+// and it reads like a name, with at most one part of one or two letters,
+// two numbers and six digits. A random token that happens to hold TOKEN or
+// PASS (A000012TOKEN7189B2CXY7Za, PASS1012ABBCXYZacxbyCz20) has the word
+// elsewhere, or more short parts and digits.
 func namesCredential(v []byte) bool {
-	cred := false
-	short, nums := 0, 0
+	last := ""
+	short, nums, digits := 0, 0, 0
 	for _, p := range nameParts(v) {
 		switch {
 		case '0' <= p[0] && p[0] <= '9':
 			nums++
+			digits += len(p)
+			continue
 		case len(p) < 3:
 			short++
 		}
-		cred = cred || credentialWords[p]
+		last = p
 	}
-	return cred && short <= 1 && nums <= 2
+	return credentialWords[last] && short <= 1 && nums <= 2 && digits <= 6
 }
 
 // placeholderToken: a provider token that is a placeholder, not a token
