@@ -11,12 +11,12 @@
 // can reach before and after the keyword, and a match counts only if it
 // contains that occurrence. Clean text therefore costs about one table
 // lookup per byte. A rule whose window is wide (a window rule, or an
-// anchored one whose matches may be longer than 128 bytes) runs once per
-// 1 KiB block of text over the windows of all its occurrences in the block,
-// or occurrence by occurrence when they are few (eval.go): however dense
-// the keywords, regexes read at most about 64 bytes per byte of text (text
-// made of one keyword repeated used to cost a 16 KiB window per
-// occurrence). Overlapping matches are united and named after the most
+// anchored one whose matches may be longer than 128 bytes) is evaluated per
+// 1 KiB block of text (eval.go): occurrence by occurrence while that reads
+// little, else in one pass over the windows of all its occurrences in the
+// block. However dense the keywords, regexes read fewer than 70 bytes per
+// byte of text (text made of one keyword repeated used to cost a window of
+// up to 16 KiB per occurrence). Overlapping matches are united and named after the most
 // specific rule (private keys, then provider formats, then extra rules,
 // JWTs, URLs, headers, and name = value assignments last). Matches are
 // confined to their windows: results depend only on the text near each

@@ -10,15 +10,17 @@ import (
 // Evaluation. Each keyword occurrence makes a task for each rule of the
 // keyword. A rule whose matches are short runs once per task: its anchored
 // regex at the keyword, or its regex over the window around it. A rule whose
-// window is wide runs once per block of text instead (blockSize bytes at a
-// fixed absolute offset), over the windows of all its tasks in the block
-// together: a window rule over the block with its margins, an anchored rule
-// as an unanchored search from the block's first task. Either way every
-// byte of text is read a bounded number of times per rule, however dense
-// the keywords (a text of "curl curl curl ..." or "eyeyey..." used to cost
-// the whole window for each occurrence), and the result still depends only
-// on the text near each block: the Writer evaluates a block once its text is
-// complete, with the same result as Bytes.
+// window is wide is evaluated per block of text instead (blockSize bytes at
+// a fixed absolute offset), all its tasks in the block together: task by
+// task while that reads little (a few tasks of a window rule; an anchored
+// rule within a budget), else in one pass: a window rule over the block
+// with its margins, an anchored rule as an unanchored search from the next
+// task on. Either way every byte of text is read a bounded number of times
+// per rule, however dense the keywords (a text of "curl curl curl ..." or
+// "eyeyey..." used to cost the whole window for each occurrence), and the
+// result still depends only on the text near each block: the Writer
+// evaluates a block once its text is complete, with the same result as
+// Bytes.
 
 // blockSize is the span of text whose tasks of a wide rule are evaluated
 // together.
@@ -28,10 +30,10 @@ const blockSize = 1024
 // per block (window rules always do).
 const anchoredSpan = 128
 
-// nestedBudget bounds, per rule and block, the text read again for tasks
-// that lie inside a match of the same rule (as a multiple of the block's
-// text).
-const nestedBudget = 4
+// nestedBudget bounds, per rule and block, the text that the tasks of an
+// anchored rule run one by one may read (as a multiple of the block's text
+// and its margin).
+const nestedBudget = 2
 
 // readHook, when set (by tests), is told how many bytes each regex run
 // reads.
@@ -64,9 +66,13 @@ func (ru *rule) setMode() {
 		// A cheap test per occurrence (pre) keeps the rule per task.
 		ru.block = ru.pre == nil
 	}
-	// A block with few tasks runs them one by one (as cheap, and exactly
-	// as a lone occurrence always runs).
+	// A block with few tasks of a window rule runs them one by one (as
+	// cheap, and exactly as a lone occurrence always runs); an anchored
+	// rule does so within a budget (evalAnchoredBlock).
 	ru.sparse = (blockSize + span) / span
+	if ru.anchored {
+		ru.sparse = 0
+	}
 }
 
 // blockOf is the start of the block of absolute offset p.
@@ -166,6 +172,11 @@ func (r *Redactor) evalTask(text []byte, base, hi int64, t task, out []cand) []c
 		return out
 	}
 	rend := min(ke+ru.after+1, len(win))
+	for _, l := range ru.need {
+		if !containsFold(win[:rend], l) {
+			return out
+		}
+	}
 	if readHook != nil {
 		if n := rend - ks; ru.anchored && ru.maxLen >= 0 {
 			readHook(min(n, ru.maxLen+1)) // an anchored regex reads no further
@@ -251,13 +262,41 @@ func (r *Redactor) owned(ru *rule, ts []task, ms, me int64) bool {
 	return false
 }
 
-// evalAnchoredBlock runs an anchored rule whose matches may be long as one
-// unanchored search from its first task in the block: a match that starts
-// at a task is that task's anchored match. A task not at a match and not
-// inside one has none. A task inside a match of the same rule (a keyword
-// inside a long token) is run on its own, within a budget (beyond it, the
-// match that holds it stands for it).
+// evalAnchoredBlock runs an anchored rule whose matches may be long over
+// its tasks ts in a block: one by one (anchored at each keyword, exactly as
+// a lone task) while the text they may read stays within a budget of a few
+// times the block's text, then the rest as one unanchored search from the
+// next task on (searchFrom), which reads the text once however many tasks
+// there are.
 func (r *Redactor) evalAnchoredBlock(text []byte, base, hi int64, ru *rule, ts []task, out []cand) []cand {
+	be := blockOf(ts[0].pos) + blockSize
+	budget := nestedBudget * (be + int64(ru.maxK+ru.after) + 1 - ts[0].pos)
+	last := int64(-1)
+	for i, t := range ts {
+		if t.pos == last {
+			continue // another keyword of the rule at the same place
+		}
+		last = t.pos
+		cost := int64(len(r.kws[t.kw].text) + ru.after + 1)
+		if ru.maxLen >= 0 {
+			cost = min(cost, int64(ru.maxLen+1))
+		}
+		if budget < cost {
+			return r.searchFrom(text, base, hi, ru, ts[i:], out)
+		}
+		budget -= cost
+		out = r.evalTask(text, base, hi, t, out)
+	}
+	return out
+}
+
+// searchFrom runs an anchored rule over its tasks ts (sorted, in one block)
+// as one unanchored search from the first: a match that starts at a task is
+// the task's anchored match (one longer than the task's own reach is run as
+// the task); a task not at a match and not inside one has none; a task
+// inside a match of the same rule (a keyword inside a long token) is left
+// to the match that holds it.
+func (r *Redactor) searchFrom(text []byte, base, hi int64, ru *rule, ts []task, out []cand) []cand {
 	first := ts[0].pos
 	be := blockOf(first) + blockSize
 	rs := max(first-1, base)
@@ -269,40 +308,31 @@ func (r *Redactor) evalAnchoredBlock(text []byte, base, hi int64, ru *rule, ts [
 		readHook(int(re-rs) - off)
 	}
 	ms := ru.ure.FindAllSubmatchIndex(win[off:int(re-rs)], -1)
-	budget := nestedBudget * (we - rs)
-	covered := int64(-1) // the end of the matches so far
 	j := 0
 	last := int64(-1)
 	for _, t := range ts {
 		if t.pos == last {
-			continue // another keyword of the rule at the same place
+			continue
 		}
 		last = t.pos
 		for j < len(ms) && rs+int64(off+ms[j][0]) < t.pos {
-			covered = max(covered, rs+int64(off+ms[j][1]))
 			j++
 		}
-		k := int64(len(r.kws[t.kw].text))
-		switch {
-		case j < len(ms) && rs+int64(off+ms[j][0]) == t.pos:
-			m := ms[j]
-			for i := range m {
-				if m[i] >= 0 {
-					m[i] += off
-				}
-			}
-			covered = max(covered, rs+int64(m[1]))
-			j++
-			if rs+int64(m[1]) > t.pos+k+int64(ru.after)+1 {
-				// Longer than the task's own reach: as a task.
-				out = r.evalTask(text, base, hi, t, out)
-				continue
-			}
-			out = r.accept(win, rs, m, ru, out)
-		case t.pos < covered && budget > 0:
-			budget -= k + int64(ru.after+ru.ext) + 1
-			out = r.evalTask(text, base, hi, t, out)
+		if j == len(ms) || rs+int64(off+ms[j][0]) != t.pos {
+			continue
 		}
+		m := ms[j]
+		j++
+		for i := range m {
+			if m[i] >= 0 {
+				m[i] += off
+			}
+		}
+		if rs+int64(m[1]) > t.pos+int64(len(r.kws[t.kw].text)+ru.after)+1 {
+			out = r.evalTask(text, base, hi, t, out) // longer than its own reach
+			continue
+		}
+		out = r.accept(win, rs, m, ru, out)
 	}
 	return out
 }
