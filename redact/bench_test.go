@@ -108,6 +108,7 @@ func BenchmarkWriter(b *testing.B) {
 		b.Run(name, func(b *testing.B) {
 			in := benchInput(b, name)
 			b.SetBytes(int64(len(in)))
+			c := cpuTime()
 			for b.Loop() {
 				w := r.NewWriter(io.Discard)
 				for i := 0; i < len(in); i += 32 << 10 {
@@ -115,6 +116,7 @@ func BenchmarkWriter(b *testing.B) {
 				}
 				w.Close()
 			}
+			reportCPU(b, c, len(in))
 		})
 	}
 }
