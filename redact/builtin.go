@@ -34,24 +34,12 @@ const KeyBlockCap = 16 << 10
 // (JWTs, bearer credentials, base64-encoded keys, session tokens).
 const longSpan = 16 << 10
 
-// Fragments shared by the assignment rules: the separator after a key, and
-// a value: "double quoted" (1), 'single quoted' (2), unquoted (3),
-// <tag>value</ (4); or after a --flag and blanks (5).
-const (
-	assignSep   = `["']?[ \t]{0,4}(?::=|=>|=|:)[ \t]{0,4}`
-	assignValue = `(?:` + assignSep + `(?:"([^"\r\n]+)"|'([^'\r\n]+)'|([^\s"'\x60,;&]+))` +
-		`|>([^<\r\n]+)</|[ \t]{1,4}([^\s"'\x60,;&]+))`
-	// maxValue bounds an assigned value (characters): a longer delimited
-	// value is no match, a longer bare one is cut there.
-	maxValue = 256
-	// assignAfter bounds an assignment after its keyword: name suffix,
-	// separator, quotes and a value of maxValue 4-byte characters.
-	assignAfter = 16 + 4*maxValue + 2
-)
+// assignSep is the separator after a key in the AWS rules' key = value.
+const assignSep = `["']?[ \t]{0,4}(?::=|=>|=|:)[ \t]{0,4}`
 
 func builtinSpecs() []spec {
 	b62 := `[0-9A-Za-z]`
-	return []spec{
+	return append(assignSpecs(), []spec{
 		// Cloud.
 		{typ: "aws_access_key_id", kw: []string{"AKIA", "ASIA", "ABIA", "ACCA"}, cs: true, anchored: true,
 			re: `(?:AKIA|ASIA|ABIA|ACCA)[A-Z2-7]{16}\b`, check: notExample(0)},
@@ -63,7 +51,7 @@ func builtinSpecs() []spec {
 		{typ: "aws_session_token", kw: []string{"IQoJb3JpZ2luX2Vj", "FwoGZXIvYXdz"}, cs: true, anchored: true,
 			re: `(?:IQoJb3JpZ2luX2Vj|FwoGZXIvYXdz)[A-Za-z0-9/+]{80,}={0,2}`, after: longSpan},
 		{typ: "google_api_key", kw: []string{"AIza"}, cs: true, anchored: true,
-			re: `(AIza[0-9A-Za-z_-]{35})(?:[^0-9A-Za-z_-]|$)`, group: 1},
+			re: `(AIza[0-9A-Za-z_-]{35})(?:[^0-9A-Za-z_-]|$)`, group: 1, check: gluedToken(len("AIza"), 1)},
 		{typ: "google_oauth_client_secret", kw: []string{"GOCSPX-"}, cs: true, anchored: true,
 			re: `(GOCSPX-[0-9A-Za-z_-]{28})(?:[^0-9A-Za-z_-]|$)`, group: 1},
 		{typ: "google_oauth_access_token", kw: []string{"ya29."}, cs: true, anchored: true,
@@ -74,7 +62,7 @@ func builtinSpecs() []spec {
 			re: `(?i)sig=([A-Za-z0-9%+/]{40,120}(?:%3D|=){0,2})`, group: 1,
 			pre: func(win []byte, ks, _ int) bool { return ks > 0 && bytes.IndexByte([]byte("?&;"), win[ks-1]) >= 0 }},
 		{typ: "azure_client_secret", kw: []string{"Q~"}, cs: true, before: 5, minEntropy: 3.5,
-			re: `[A-Za-z0-9_~.]{3}\dQ~[A-Za-z0-9_~.-]{31,34}`, check: boundedBy(`A-Za-z0-9_~.-`)},
+			re: `[A-Za-z0-9_~.]{3}\dQ~[A-Za-z0-9_~.-]{31,34}`, check: endBoundedBy(`A-Za-z0-9_~.-`)},
 
 		// Code hosts.
 		{typ: "github_pat", kw: []string{"ghp_"}, cs: true, anchored: true, re: `ghp_` + b62 + `{36}\b`},
@@ -87,11 +75,11 @@ func builtinSpecs() []spec {
 			re: `glpat-[0-9A-Za-z_-]{20,300}(?:\.[0-9A-Za-z_-]{1,50}){0,3}`},
 		{typ: "gitlab_token", kw: []string{"gldt-", "glrt-", "glptt-", "glcbt-", "glsoat-", "glffct-", "gloas-", "glimt-", "glagent-", "glft-", "glwt-", "GR1348941"},
 			cs: true, anchored: true,
-			re: `(?:(?:gldt|glrt|glptt|glcbt|glsoat|glffct|gloas|glimt|glagent|glft|glwt)-|GR1348941)[0-9A-Za-z_-]{20,300}`},
+			re: `(?:(?:gldt|glrt|glptt|glcbt|glsoat|glffct|gloas|glimt|glagent|glft|glwt)-|GR1348941)[0-9A-Za-z_-]{20,300}(?:\.[0-9A-Za-z_-]{1,50}){0,3}`},
 
 		// Chat.
 		{typ: "slack_token", kw: []string{"xoxb-", "xoxp-", "xoxa-", "xoxo-", "xoxr-", "xoxs-", "xoxe-", "xoxe."}, cs: true, anchored: true,
-			re: `xox(?:[abposr]|e\.xox[bp]|e)-[0-9A-Za-z-]{10,250}`},
+			re: `xox[abposre]-\d{6,20}-[0-9A-Za-z-]{6,250}|xoxe\.xox[bp]-\d-[0-9A-Za-z]{100,250}`, check: tokenEnd("#*")},
 		{typ: "slack_app_token", kw: []string{"xapp-"}, cs: true, anchored: true, re: `xapp-\d-[0-9A-Za-z-]{10,250}`},
 		{typ: "slack_webhook", kw: []string{"hooks.slack.com/"}, anchored: true,
 			re: `(?i)hooks\.slack\.com/(?:services|workflows|triggers)/([A-Za-z0-9+/_-]{20,200})`, group: 1},
@@ -102,9 +90,9 @@ func builtinSpecs() []spec {
 
 		// Payments and messaging.
 		{typ: "stripe_secret_key", kw: []string{"sk_live_", "sk_test_"}, cs: true, anchored: true,
-			re: `sk_(?:live|test)_` + b62 + `{10,247}`},
+			re: `sk_(?:live|test)_` + b62 + `{10,247}`, check: gluedToken(len("sk_live_"), 0)},
 		{typ: "stripe_restricted_key", kw: []string{"rk_live_", "rk_test_"}, cs: true, anchored: true,
-			re: `rk_(?:live|test)_` + b62 + `{10,247}`},
+			re: `rk_(?:live|test)_` + b62 + `{10,247}`, check: gluedToken(len("rk_live_"), 0)},
 		{typ: "stripe_webhook_secret", kw: []string{"whsec_"}, cs: true, anchored: true,
 			re: `whsec_[0-9A-Za-z+/]{32,64}`},
 		{typ: "twilio_api_key", kw: []string{"SK"}, cs: true, anchored: true, minEntropy: 3,
@@ -114,11 +102,11 @@ func builtinSpecs() []spec {
 
 		// AI providers.
 		{typ: "openai_api_key", kw: []string{"T3BlbkFJ"}, cs: true, before: 3 + 11 + 200, after: 200,
-			re: `\bsk-(?:[a-z]{1,10}-)?[A-Za-z0-9_-]{20,200}T3BlbkFJ[A-Za-z0-9_-]{20,200}`},
+			re: `sk-(?:[a-z]{1,10}-)?[A-Za-z0-9_-]{20,200}T3BlbkFJ[A-Za-z0-9_-]{20,200}`},
 		{typ: "openai_api_key", kw: []string{"sk-proj-", "sk-svcacct-", "sk-admin-"}, cs: true, anchored: true,
 			re: `sk-(?:proj|svcacct|admin)-[A-Za-z0-9_-]{40,250}`},
 		{typ: "anthropic_api_key", kw: []string{"sk-ant-"}, cs: true, anchored: true,
-			re: `sk-ant-[a-z]{2,10}\d{2}-[A-Za-z0-9_-]{32,200}`},
+			re: `sk-ant-(?:api|admin)\d{2}-[A-Za-z0-9_-]{93}AA\b`},
 		{typ: "huggingface_token", kw: []string{"hf_", "api_org_"}, cs: true, anchored: true,
 			re: `(?:hf|api_org)_[A-Za-z]{34}\b`},
 		{typ: "groq_api_key", kw: []string{"gsk_"}, cs: true, anchored: true, re: `gsk_` + b62 + `{52}\b`},
@@ -148,12 +136,10 @@ func builtinSpecs() []spec {
 		{typ: "newrelic_api_key", kw: []string{"NRAK-"}, cs: true, anchored: true, re: `NRAK-[A-Z0-9]{27}\b`},
 		{typ: "doppler_token", kw: []string{"dp.pt.", "dp.st.", "dp.sa.", "dp.ct.", "dp.scim.", "dp.audit."}, cs: true, anchored: true,
 			re: `dp\.(?:pt|st|sa|ct|scim|audit)\.` + b62 + `{40,44}\b`},
-		{typ: "sentry_token", kw: []string{"sntrys_", "sntryu_"}, cs: true, anchored: true,
-			re: `sntry[su]_[A-Za-z0-9+/=_-]{40,1000}`},
 		{typ: "pulumi_access_token", kw: []string{"pul-"}, cs: true, anchored: true, re: `pul-[a-f0-9]{40}\b`},
 		{typ: "heroku_api_key", kw: []string{"HRKU-"}, cs: true, anchored: true, re: `HRKU-[0-9A-Za-z_-]{20,100}`},
 		{typ: "terraform_cloud_token", kw: []string{".atlasv1."}, cs: true,
-			re: `\b[A-Za-z0-9]{14}\.atlasv1\.[A-Za-z0-9_=-]{60,70}`},
+			re: `[A-Za-z0-9]{14}\.atlasv1\.[A-Za-z0-9_=-]{60,70}`},
 
 		// Tokens of any issuer.
 		{typ: "jwt", kw: []string{"eyJ"}, cs: true, anchored: true, prio: prioJWT, after: longSpan,
@@ -194,16 +180,30 @@ func builtinSpecs() []spec {
 		// ~/.docker/config.json: "auth": "base64(user:password)".
 		{typ: "basic_auth", kw: []string{`"auth"`}, anchored: true, prio: prioHeader,
 			re: `"auth"[ \t]{0,4}:[ \t]{0,4}"([A-Za-z0-9+/]{6,1000}={0,2})"`, group: 1, check: basicCredential},
+	}...)
+}
 
-		// name = value assignments.
-		{typ: "password", kw: []string{"password", "passwd", "passphrase", "pass"}, anchored: true, prio: prioGeneric, before: 2, after: assignAfter,
-			re:  `(?i)(?:password|passwd|passphrase|pass)` + assignValue,
-			pre: passwordPre, check: passwordValue},
-		{typ: "generic_secret", kw: []string{"secret", "token", "api_key", "api-key", "apikey", "access_key", "access-key", "accesskey",
-			"private_key", "private-key", "privatekey", "auth_key", "auth-key", "authkey", "credential", "client_secret"},
-			anchored: true, prio: prioGeneric + 1, before: 2, after: assignAfter,
-			re:  `(?i)(?:secret(?:[_-]?key)?|token|api[_-]?key|access[_-]?key|private[_-]?key|auth[_-]?key|credentials?|client_secret)` + assignValue,
-			pre: assignment(4), check: secretValue},
+// tokenEnd drops a match followed by one of the bytes of more (a token
+// whose end is a placeholder: xoxp-…-####).
+func tokenEnd(more string) func([]byte, []int) (int, int, bool) {
+	return func(win []byte, m []int) (int, int, bool) {
+		if m[1] < len(win) && strings.IndexByte(more, win[m[1]]) >= 0 {
+			return 0, 0, false
+		}
+		return m[0], m[1], true
+	}
+}
+
+// gluedToken: a token glued to a word (print("%3D" + key)) is redacted
+// too, when its part after the n-byte prefix has both cases as a base62
+// token does (tokenLike: task_test_environment is no Stripe key).
+func gluedToken(n, group int) func([]byte, []int) (int, int, bool) {
+	return func(win []byte, m []int) (int, int, bool) {
+		s, e := m[2*group], m[2*group+1]
+		if glued(win, m[0]) && !tokenLike(win[min(m[0]+n, e):e], alphabet{mixed: true}) {
+			return 0, 0, false
+		}
+		return s, e, true
 	}
 }
 
@@ -218,9 +218,10 @@ func notExample(group int) func([]byte, []int) (int, int, bool) {
 	}
 }
 
-// boundedBy keeps a match only when the bytes around it are outside class
-// (a set of ASCII ranges like `A-Za-z0-9_`).
-func boundedBy(class string) func([]byte, []int) (int, int, bool) {
+// endBoundedBy keeps a match only when the byte after it is outside class
+// (a set of ASCII ranges like `A-Za-z0-9_`). What comes before does not
+// matter: a secret may be glued to a word.
+func endBoundedBy(class string) func([]byte, []int) (int, int, bool) {
 	var in [256]bool
 	for i := 0; i < len(class); i++ {
 		if i+2 < len(class) && class[i+1] == '-' {
@@ -233,7 +234,7 @@ func boundedBy(class string) func([]byte, []int) (int, int, bool) {
 		in[class[i]] = true
 	}
 	return func(win []byte, m []int) (int, int, bool) {
-		if m[0] > 0 && in[win[m[0]-1]] || m[1] < len(win) && in[win[m[1]]] {
+		if m[1] < len(win) && in[win[m[1]]] {
 			return 0, 0, false
 		}
 		return m[0], m[1], true
@@ -248,7 +249,11 @@ func keyBlock(skip string) func([]byte, []int) (int, int, bool) {
 		if skip != "" && bytes.Contains(win[m[0]:m[1]], []byte(skip)) {
 			return 0, 0, false
 		}
-		return m[0], keyBlockEnd(win, m[1]), true
+		e := keyBlockEnd(win, m[1])
+		if b64Count(win[m[1]:e]) < 32 {
+			return 0, 0, false // no key in it ("-----BEGIN … KEY-----\nanything\n-----END …")
+		}
+		return m[0], e, true
 	}
 }
 
@@ -300,6 +305,17 @@ func keyBodyEnd(win []byte, from, limit int) int {
 		}
 	}
 	return e
+}
+
+// b64Count counts the base64 characters of v.
+func b64Count(v []byte) int {
+	n := 0
+	for _, b := range v {
+		if isB64(b) {
+			n++
+		}
+	}
+	return n
 }
 
 func allB64(v []byte) bool {
@@ -362,112 +378,7 @@ func urlHasPassword(win []byte, _, ke int) bool {
 	return false
 }
 
-// assignment is the cheap test of the name = value rules: after the keyword
-// and at most skip more name bytes comes a separator (or blanks after a
-// --flag).
-func assignment(skip int) func([]byte, int, int) bool {
-	return func(win []byte, ks, ke int) bool {
-		i := ke
-		for n := 0; n < skip && i < len(win) && (isLetter(win[i]) || win[i] == '_' || win[i] == '-'); n++ {
-			i++
-		}
-		if i < len(win) && (win[i] == '"' || win[i] == '\'') {
-			i++
-		}
-		flag := ks >= 2 && win[ks-1] == '-' && win[ks-2] == '-'
-		if flag && i < len(win) && (win[i] == ' ' || win[i] == '\t') {
-			return true
-		}
-		for n := 0; n < 4 && i < len(win) && (win[i] == ' ' || win[i] == '\t'); n++ {
-			i++
-		}
-		return i < len(win) && (win[i] == ':' || win[i] == '=' || win[i] == '>')
-	}
-}
-
 func isLetter(b byte) bool { return 'a' <= b|0x20 && b|0x20 <= 'z' }
-
-// value returns the assigned value's range from the assignValue groups,
-// counted from first (the number of groups before them), and whether it was
-// delimited (quoted or in a tag).
-func value(win []byte, m []int, first int) (s, e int, delimited, flag bool) {
-	for g := first + 1; g <= first+5; g++ {
-		if m[2*g] < 0 {
-			continue
-		}
-		s, e = m[2*g], m[2*g+1]
-		delimited, flag = g != first+3 && g != first+5, g == first+5
-		// At most maxValue characters: cut a bare value, drop a delimited one.
-		n, i := 0, s
-		for i < e && n < maxValue {
-			_, size := utf8.DecodeRune(win[i:e])
-			i += size
-			n++
-		}
-		if i < e {
-			if delimited {
-				return -1, -1, false, false
-			}
-			e = i
-		}
-		return s, e, delimited, flag
-	}
-	return -1, -1, false, false
-}
-
-// assignedValue returns the range of the value in a name = value match
-// and whether it was delimited; an unquoted one ends before trailing
-// punctuation (". ! ? : ) ] }"). ok is false when there is no value, or
-// when it has the form of a flag's (--name value) but the name is not
-// written as a flag.
-func assignedValue(win []byte, m []int) (s, e int, delimited, ok bool) {
-	s, e, delimited, flag := value(win, m, 0)
-	if s < 0 || flag && !isFlag(win, m[0]) {
-		return 0, 0, false, false
-	}
-	if !delimited {
-		e = s + len(bytes.TrimRight(win[s:e], ".!?:)]}"))
-	}
-	return s, e, delimited, true
-}
-
-// passwordValue: a password assigned in a name = value pair, unless it is a
-// placeholder, a reference or code, or an unquoted lower-case word.
-func passwordValue(win []byte, m []int) (int, int, bool) {
-	s, e, delimited, ok := assignedValue(win, m)
-	if !ok {
-		return 0, 0, false
-	}
-	v := win[s:e]
-	if len(v) < 6 || isPlaceholder(v) || !delimited && (looksLikeCode(v) || glued(win, s) || v[0] == '/' && bytes.IndexByte(v[1:], '/') >= 0) {
-		return 0, 0, false
-	}
-	var digit, upper, lower, other bool
-	for i, b := range v {
-		switch {
-		case '0' <= b && b <= '9':
-			digit = true
-		case 'A' <= b && b <= 'Z':
-			upper = upper || i > 0
-		case 'a' <= b && b <= 'z':
-			lower = true
-		default:
-			other = true
-		}
-	}
-	switch {
-	case digit || other:
-	case !delimited:
-		// Letters only, unquoted: code (password: newPassword) unless it is
-		// an env file line (DB_PASSWORD=hunter).
-		if !envStyle(win, m[0]) {
-			return 0, 0, false
-		}
-	case !(upper && lower):
-		return 0, 0, false
-	}
-	return s, e, true
-}
 
 // envStyle: the key at win[ks:] is upper case and directly followed by '='.
 func envStyle(win []byte, ks int) bool {
@@ -478,42 +389,12 @@ func envStyle(win []byte, ks int) bool {
 	return i > ks && i < len(win) && win[i] == '='
 }
 
-// secretValue: a token-like value (long, letters and digits, high entropy)
-// assigned to a secret/token/api_key/... name.
-func secretValue(win []byte, m []int) (int, int, bool) {
-	s, e, delimited, ok := assignedValue(win, m)
-	if !ok {
-		return 0, 0, false
-	}
-	v := win[s:e]
-	if len(v) < 12 || isPlaceholder(v) || bytes.Contains(v, []byte("://")) || !delimited && (looksLikeCode(v) || glued(win, s)) {
-		return 0, 0, false
-	}
-	var digit, letter bool
-	for _, b := range v {
-		digit = digit || '0' <= b && b <= '9'
-		letter = letter || isLetter(b)
-		if b == ' ' {
-			return 0, 0, false
-		}
-	}
-	if !digit || !letter || entropy(v) < 3 {
-		return 0, 0, false
-	}
-	return s, e, true
-}
-
-// glued: an unquoted value right after a colon (a:b:c formats, not YAML).
-func glued(win []byte, s int) bool { return s > 0 && win[s-1] == ':' }
-
-func isFlag(win []byte, ks int) bool { return ks >= 2 && win[ks-1] == '-' && win[ks-2] == '-' }
-
 // authHeader: "Authorization: <scheme> <credential>" redacts the credential;
 // an unknown scheme redacts the rest of the value when it looks like one.
 func authHeader(win []byte, m []int) (int, int, bool) {
 	if m[2] >= 0 {
 		v := win[m[2]:m[3]]
-		if len(v) < 6 || isPlaceholder(v) {
+		if len(v) < 6 || isPlaceholder(v) || v[0] == '<' || v[0] == '[' || v[0] == '{' {
 			return 0, 0, false
 		}
 		return m[2], m[3], true
@@ -621,21 +502,6 @@ func exampleHost(rest []byte) bool {
 	}
 	h := bytes.ToLower(rest[:i])
 	return bytes.HasPrefix(h, []byte("example.")) || bytes.Contains(h, []byte(".example.")) || bytes.HasSuffix(h, []byte(".example"))
-}
-
-// passwordPre: assignment, and the bare keyword "pass" only as a name of its
-// own (DB_PASS=, pass:), not inside a word (compass, renderPass) nor as a
-// test verdict (--- PASS: TestX).
-func passwordPre(win []byte, ks, ke int) bool {
-	if ke-ks == 4 {
-		if ks > 0 && isLetter(win[ks-1]) {
-			return false
-		}
-		if win[ks] == 'P' && win[ks+1] == 'A' && ke < len(win) && win[ke] == ':' {
-			return false
-		}
-	}
-	return assignment(0)(win, ks, ke)
 }
 
 func hasDigit(v []byte) bool {

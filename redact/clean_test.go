@@ -78,13 +78,8 @@ func sampleFiles(root string, keep func(string) bool, limit int64) []textFile {
 
 // finding is one redaction with some context, for the report.
 func findings(r *Redactor, f textFile) []string {
-	_, hits := r.ac.scan(f.data, 0, 0, r.lens, nil)
-	var cands []cand
-	for _, h := range hits {
-		cands = r.evalHit(f.data, 0, int64(len(f.data)), h, cands)
-	}
 	var out []string
-	for _, iv := range merge(cands) {
+	for _, iv := range r.find(f.data) {
 		lo, hi := max(0, iv.start-30), min(int64(len(f.data)), iv.end+10)
 		ctx := string(f.data[lo:hi])
 		if len(ctx) > 160 {

@@ -103,7 +103,7 @@ func buildCorpus() []sample {
 		{"slack_token", "SLACK=", "xoxb-" + rnd(digits, 12) + "-" + rnd(digits, 13) + "-" + rnd(alnum, 24), "\n"},
 		{"slack_token", "user ", "xoxp-" + rnd(digits, 12) + "-" + rnd(digits, 12) + "-" + rnd(digits, 13) + "-" + rnd(hexd, 32), "."},
 		{"slack_app_token", "app ", "xapp-1-A" + rnd(upper+digits, 10) + "-" + rnd(digits, 13) + "-" + rnd(hexd, 64), "\n"},
-		{"slack_webhook", "curl -X POST https://hooks.slack.com/services/", "T" + rnd(upper+digits, 8) + "/B" + rnd(upper+digits, 10) + "/" + rnd(alnum, 24), " -d @msg.json"},
+		{"slack_webhook", "curl -X POST ", "https://hooks.slack.com/services/T" + rnd(upper+digits, 8) + "/B" + rnd(upper+digits, 10) + "/" + rnd(alnum, 24), " -d @msg.json"},
 		{"discord_webhook", "url = 'https://discord.com/api/webhooks/", rnd(digits, 18) + "/" + rnd(urlb64, 68), "'"},
 		{"telegram_bot_token", "https://api.telegram.org/bot", rnd(digits, 10) + ":AA" + rnd(urlb64, 33), "/getMe"},
 
@@ -139,7 +139,7 @@ func buildCorpus() []sample {
 		{"grafana_token", "GRAFANA=", "glsa_" + rnd(alnum, 32) + "_" + rnd(hexd, 8), "\n"},
 		{"newrelic_api_key", "NR=", "NRAK-" + rnd(upper+digits, 27), "\n"},
 		{"doppler_token", "DOPPLER=", "dp.pt." + rnd(alnum, 43), "\n"},
-		{"sentry_token", "SENTRY=", "sntrys_" + rnd(urlb64, 120), "\n"},
+		{"sentry_user_token", "SENTRY=", "sntryu_" + rnd(hexd, 64), "\n"},
 		{"pulumi_access_token", "PULUMI=", "pul-" + rnd(hexd, 40), "\n"},
 		{"heroku_api_key", "HEROKU=", "HRKU-AA" + rnd(urlb64, 58), "\n"},
 		{"terraform_cloud_token", `credentials "app.terraform.io" { t = "`, rnd(alnum, 14) + ".atlas" + "v1." + rnd(alnum, 67), `" }`},

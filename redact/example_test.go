@@ -10,7 +10,7 @@ import (
 
 func ExampleRedactor_String() {
 	// A made-up token, built by concatenation.
-	text := "export GITHUB_TOKEN=ghp_" + strings.Repeat("a1B2", 9) + "\n" +
+	text := "export GITHUB_TOKEN=ghp_" + strings.Repeat("a1B2c3D4e5F6g7H8i9", 2) + "\n" +
 		"DATABASE_URL=postgres://app:" + "Tr0ub4dor&3" + "@db:5432/app\n" +
 		"password: changeme\n"
 	out, counts := redact.Default().String(text)

@@ -133,16 +133,48 @@ func looksLikeCode(v []byte) bool {
 	return dots > 0 && digits == 0
 }
 
-var credentialWords = [][]byte{[]byte("key"), []byte("token"), []byte("private"), []byte("cert"), []byte("cred"), []byte("pass")}
+var credentialWords = map[string]bool{"key": true, "keys": true, "token": true, "tokens": true, "private": true, "cert": true,
+	"cred": true, "creds": true, "credential": true, "credentials": true, "pass": true, "password": true, "passwd": true,
+	"secret": true, "secrets": true, "pwd": true, "apikey": true, "privatekey": true, "passphrase": true}
 
 // namesCredential: an unquoted value that names a credential is a variable
-// (testRSA2048PrivateKey, cfg.Token), not a credential.
+// (testRSA2048PrivateKey, cfg.Token, dbPassword2), not a credential: its
+// last word (as nameParts splits it, numbers aside) is a credential word,
+// and it reads like a name, with at most one part of one or two letters,
+// two numbers and six digits. A random token that happens to hold TOKEN or
+// PASS (A000012TOKEN7189B2CXY7Za, PASS1012ABBCXYZacxbyCz20) has the word
+// elsewhere, or more short parts and digits.
 func namesCredential(v []byte) bool {
-	l := bytes.ToLower(v)
-	for _, w := range credentialWords {
-		if bytes.Contains(l, w) {
-			return true
+	last := ""
+	short, nums, digits := 0, 0, 0
+	for _, p := range nameParts(v) {
+		switch {
+		case '0' <= p[0] && p[0] <= '9':
+			nums++
+			digits += len(p)
+			continue
+		case len(p) < 3:
+			short++
+		}
+		last = p
+	}
+	return credentialWords[last] && short <= 1 && nums <= 2 && digits <= 6
+}
+
+// placeholderToken: a provider token that is a placeholder, not a token
+// (ghp_xxxx…, AKIAXXXX…, glc_1111…, hvs.aaaa…): six or more of one byte in
+// a row, four x in a row, or a long token of low entropy.
+func placeholderToken(v []byte) bool {
+	run := 1
+	for i := 1; i < len(v); i++ {
+		if v[i] == v[i-1] {
+			if run++; run >= 6 {
+				return true
+			}
+		} else {
+			run = 1
 		}
 	}
-	return false
+	l := bytes.ToLower(v)
+	return bytes.Contains(l, []byte("xxxx")) || len(v) >= 20 && entropy(v) < 3
 }

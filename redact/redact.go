@@ -38,18 +38,16 @@ type Redactor struct {
 	kws   []keyword
 	lens  []int32
 	// back: no match found from a keyword occurrence at p starts before
-	// p-back; maxKw: the longest keyword.
-	back, maxKw int
-	holdBack    int
-	types       []string
+	// p-back; maxKw: the longest keyword; blockBack: how far before its
+	// block the evaluation of a rule that runs per block reads.
+	back, maxKw, blockBack int
+	holdBack               int
+	types                  []string
 }
 
 type keyword struct {
 	text string // lower-cased
 	refs []kwRef
-	// back: the window of any rule starts at most back bytes before the
-	// keyword; reach: it ends at most reach bytes after the keyword's end.
-	back, reach int
 }
 
 type kwRef struct {
@@ -67,6 +65,11 @@ func New(extra []Rule) (*Redactor, error) {
 		}
 		rules = append(rules, r)
 	}
+	gl, err := gitleaksRules()
+	if err != nil {
+		return nil, err
+	}
+	rules = append(rules, gl...)
 	var errs []string
 	for i, x := range extra {
 		r, err := compileRule(x)
@@ -95,10 +98,16 @@ func Default() *Redactor { return defaultRedactor() }
 
 func build(rules []*rule) *Redactor {
 	r := &Redactor{rules: rules}
+	for _, ru := range rules {
+		if id, ok := gitleaksFamily[ru.typ]; ok && ru.source == "" && ru.allow == nil {
+			ru.allow = gitleaksAllowlists(id)
+		}
+	}
 	index := map[string]int{}
 	typeSet := map[string]bool{}
 	for i, ru := range rules {
 		ru.idx = i
+		ru.setMode()
 		typeSet[ru.typ] = true
 		for _, k := range ru.keywords {
 			lk := asciiLower(k)
@@ -122,11 +131,15 @@ func build(rules []*rule) *Redactor {
 			}
 			back := ru.before + 1
 			reach := ru.after + ru.ext + 1
-			kw.back = max(kw.back, back)
-			kw.reach = max(kw.reach, reach)
 			r.back = max(r.back, back)
 			r.maxKw = max(r.maxKw, len(lk))
-			r.holdBack = max(r.holdBack, back+len(lk)+reach)
+			held := back + len(lk) + reach
+			if ru.block {
+				// Held until the block is complete.
+				held = back + blockSize + ru.maxK + reach
+				r.blockBack = max(r.blockBack, back)
+			}
+			r.holdBack = max(r.holdBack, held)
 		}
 	}
 	// A redacted range lies inside one window; the Writer writes past it
@@ -177,18 +190,10 @@ func (r *Redactor) Bytes(b []byte) ([]byte, Counts) {
 }
 
 func (r *Redactor) redact(b []byte) ([]byte, Counts) {
-	_, hits := r.ac.scan(b, 0, 0, r.lens, nil)
-	if len(hits) == 0 {
+	ivs := r.find(b)
+	if len(ivs) == 0 {
 		return b, nil
 	}
-	var cands []cand
-	for _, h := range hits {
-		cands = r.evalHit(b, 0, int64(len(b)), h, cands)
-	}
-	if len(cands) == 0 {
-		return b, nil
-	}
-	ivs := merge(cands)
 	c := Counts{}
 	out := make([]byte, 0, len(b))
 	pos := int64(0)
@@ -249,53 +254,6 @@ func merge(cs []cand) []cand {
 
 var redactedPrefix = []byte("[REDACTED")
 
-// evalHit runs the rules of keyword hit h over its windows and appends the
-// ranges to redact. text holds the absolute range [base, hi); windows are
-// clipped to it (the caller guarantees that clipping happens only at the
-// true start or end of the stream).
-func (r *Redactor) evalHit(text []byte, base, hi int64, h hit, out []cand) []cand {
-	kw := &r.kws[h.kw]
-	k := int64(len(kw.text))
-	p := h.pos
-	for _, ref := range kw.refs {
-		ru := ref.rule
-		if ref.exacts != nil {
-			got := text[p-base : p-base+k]
-			if !slices.ContainsFunc(ref.exacts, func(e string) bool { return string(got) == e }) {
-				continue
-			}
-		}
-		ws := max(p-int64(ru.before)-1, base)
-		we := min(p+k+int64(ru.after+ru.ext)+1, hi)
-		win := text[ws-base : we-base]
-		ks := int(p - ws)
-		ke := ks + int(k)
-		if ru.pre != nil && !ru.pre(win, ks, ke) {
-			continue
-		}
-		rend := min(ke+ru.after+1, len(win))
-		if ru.anchored {
-			m := ru.are.FindSubmatchIndex(win[ks:rend])
-			if m == nil {
-				continue
-			}
-			for i := range m {
-				if m[i] >= 0 {
-					m[i] += ks
-				}
-			}
-			out = r.accept(win, ws, m, ru, out)
-			continue
-		}
-		for _, m := range ru.re.FindAllSubmatchIndex(win[:rend], -1) {
-			if m[0] <= ks && m[1] >= ke {
-				out = r.accept(win, ws, m, ru, out)
-			}
-		}
-	}
-	return out
-}
-
 func (r *Redactor) accept(win []byte, ws int64, m []int, ru *rule, out []cand) []cand {
 	s, e := m[0], m[1]
 	if ru.group > 0 {
@@ -316,6 +274,14 @@ func (r *Redactor) accept(win []byte, ws int64, m []int, ru *rule, out []cand) [
 	}
 	if bytes.HasPrefix(v, redactedPrefix) {
 		return out
+	}
+	if ru.prio == prioProvider && ru.source == "" && placeholderToken(v) {
+		return out
+	}
+	for i := range ru.allow {
+		if ru.allow[i].allowed(v, v, nil) {
+			return out
+		}
 	}
 	return append(out, cand{start: ws + int64(s), end: ws + int64(e), prio: ru.prio, rule: ru.idx})
 }
@@ -347,6 +313,7 @@ func (s spec) compile() (*rule, error) {
 	r.before, r.after = span, span
 	if s.anchored {
 		r.before = 0
+		r.rest = expr
 		r.are, err = regexp.Compile(`^(?:` + expr + `)`)
 		if err != nil {
 			return nil, err

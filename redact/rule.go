@@ -127,6 +127,7 @@ func compileRule(r Rule) (*rule, error) {
 const (
 	prioKey      = 10 // private key blocks
 	prioProvider = 20 // provider token formats
+	prioGitleaks = 25 // gitleaks' provider rules
 	prioExtra    = 30 // rules given to New
 	prioJWT      = 40
 	prioURL      = 50
@@ -160,6 +161,30 @@ type rule struct {
 	// or ok=false to drop the match.
 	check func(win []byte, m []int) (start, end int, ok bool)
 	idx   int
+	// near lists keywords (lower case) that a match need not contain: a
+	// match anywhere in such a keyword's window counts.
+	near map[string]bool
+	// allow: gitleaks allowlists of the same family (sandboxd's own
+	// rules), applied to the redacted text.
+	allow []allowlist
+	// source names where a rule that is not sandboxd's own comes from
+	// ("gitleaks:<id>").
+	source string
+	// glue: the distinctive prefixes after a \b of a gitleaks rule, that
+	// match glued to a word (glue.go); bound: its other prefixes after a
+	// \b, which keep it.
+	glue, bound []lit
+	// rest is the anchored expression (are without ^); ure, rest
+	// compiled, runs a block of an anchored rule (eval.go). block: the
+	// rule runs per block of text; maxK: its longest keyword; need:
+	// literals (lower case) that its window must hold.
+	rest   string
+	ure    *regexp.Regexp
+	block  bool
+	maxK   int
+	need   []string
+	sparse int // up to this many tasks in a block run one by one
+	maxLen int // of an anchored rule's matches; -1: unbounded
 }
 
 // maxMatchLen returns an upper bound of the length in bytes of any match of

@@ -124,7 +124,7 @@ func TestStreamHoldBack(t *testing.T) {
 	if held := 27*100 - out.Len(); held > r.maxKw+r.back {
 		t.Fatalf("clean text: %d bytes held back", held)
 	}
-	if r.HoldBack() > KeyBlockCap+1024 {
+	if r.HoldBack() > KeyBlockCap+4096 {
 		t.Fatalf("HoldBack %d", r.HoldBack())
 	}
 }

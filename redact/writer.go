@@ -29,9 +29,11 @@ type Writer struct {
 	mu      sync.Mutex
 	buf     []byte // the stream from absolute offset base
 	base    int64
-	emitted int64 // everything before it has been written
-	state   int32 // automaton state after buf
-	pending []hit // keyword hits whose windows are not complete yet
+	emitted int64  // everything before it has been written
+	state   int32  // automaton state after buf
+	hits    []hit  // scratch
+	pending []task // tasks whose text is not complete yet
+	ready   []task // scratch
 	cands   []cand
 	counts  Counts
 	out     []byte
@@ -61,9 +63,8 @@ func (w *Writer) Write(p []byte) (int, error) {
 	}
 	start := w.end()
 	w.buf = append(w.buf, p...)
-	var hits []hit
-	w.state, hits = w.r.ac.scan(p, w.state, start, w.r.lens, w.pending)
-	w.pending = hits
+	w.state, w.hits = w.r.ac.scan(p, w.state, start, w.r.lens, w.hits[:0])
+	w.pending = w.r.tasks(w.buf, w.base, w.hits, w.pending)
 	w.process(false)
 	if w.err != nil {
 		return 0, w.err
@@ -119,7 +120,7 @@ func (w *Writer) Close() error {
 		w.process(true)
 	}
 	w.closed = true
-	w.buf, w.pending, w.cands, w.out = nil, nil, nil, nil
+	w.buf, w.pending, w.ready, w.hits, w.cands, w.out = nil, nil, nil, nil, nil, nil
 	return w.err
 }
 
@@ -130,30 +131,33 @@ func (w *Writer) Counts() Counts {
 	return maps.Clone(w.counts)
 }
 
-// process evaluates the hits whose windows are complete (all of them when
+// process evaluates the tasks whose text is complete (all of them when
 // final), then writes up to the point before which nothing can change.
 func (w *Writer) process(final bool) {
 	r := w.r
 	end := w.end()
 	keep := w.pending[:0]
-	for _, h := range w.pending {
-		if final || h.pos+int64(len(r.kws[h.kw].text)+r.kws[h.kw].reach) <= end {
-			w.cands = r.evalHit(w.buf, w.base, end, h, w.cands)
+	ready := w.ready[:0]
+	for _, t := range w.pending {
+		if final || r.ready(t, end) {
+			ready = append(ready, t)
 		} else {
-			keep = append(keep, h)
+			keep = append(keep, t)
 		}
 	}
 	w.pending = keep
+	w.cands = r.evalTasks(w.buf, w.base, end, ready, w.cands)
+	w.ready = ready[:0]
 
-	// Safe point: no match of a hit still pending, or of a keyword not seen
-	// yet (it would start at end-maxKw+1 or later), starts before e.
+	// Safe point: no match of a task still pending, or of a keyword not
+	// seen yet (it would start at end-maxKw+1 or later), starts before e.
 	e := end
 	if !final {
 		if !w.idle {
 			e = end - int64(r.maxKw-1) - int64(r.back)
 		}
-		for _, h := range w.pending {
-			e = min(e, h.pos-int64(r.kws[h.kw].back))
+		for _, t := range w.pending {
+			e = min(e, t.pos-int64(r.rules[t.rule].before)-1)
 		}
 	}
 	e = max(e, w.emitted)
@@ -215,11 +219,15 @@ func (w *Writer) process(final bool) {
 		w.cands = append(w.cands[:0], ivs...)
 	}
 
-	// Drop the text no window can reach any more.
-	from := min(w.emitted, end-int64(r.maxKw-1)-int64(r.back))
-	for _, h := range w.pending {
-		from = min(from, h.pos-int64(r.kws[h.kw].back))
+	// Drop the text no window can reach any more: not that of a pending
+	// task, nor that of a task still to come (from end-maxKw+1 on), nor
+	// the margin of its block.
+	next := end - int64(r.maxKw-1)
+	from := min(w.emitted, next-int64(r.back), blockOf(next)-int64(r.blockBack))
+	for _, t := range w.pending {
+		from = min(from, r.regionStart(t))
 	}
+	from = max(from, w.base)
 	if drop := from - w.base; drop > 0 && drop >= int64(len(w.buf))/2 {
 		if cap(w.buf) > shrinkAbove && len(w.buf)-int(drop) < shrinkAbove/4 {
 			w.buf = append([]byte(nil), w.buf[drop:]...)
