@@ -132,11 +132,16 @@ var pgSteps = []string{
 // approval filed) is decided inside the database.
 type Postgres struct {
 	pool *pgxpool.Pool
-	// relaxed commits without waiting for the flush (pgdb.OpenRelaxed):
-	// for the budget holds, rate buckets, loop streaks and beats, which a
-	// crash of the database server may lose harmlessly. Idempotency keys,
-	// async runs, usage, settings, approvals and the session directory
-	// commit durably.
+	// relaxed commits without waiting for the WAL flush
+	// (pgdb.OpenRelaxed). The per-exec writes go through it: idempotency
+	// keys, async runs, usage, budget holds, rate buckets, loop streaks,
+	// the session directory, beats. That is the SQLite store's promise
+	// (synchronous=NORMAL): a write survives sandboxd being killed at any
+	// point; only a crash of the database server (not a restart: a clean
+	// shutdown flushes) may lose the last few hundred milliseconds of
+	// them. And an exec's audit record, appended durably before its
+	// answer, flushes every write before it in the WAL: what was answered
+	// is on disk. Settings (the kill switch) and approvals commit durably.
 	relaxed *pgxpool.Pool
 	// DeadAfter is how long a member may go without a Beat before its
 	// in-flight work is taken for interrupted (Recover).
@@ -198,7 +203,7 @@ func (s *Postgres) ClaimIdempotency(ctx context.Context, rec *IdemRecord) (*Idem
 		r.CreatedAt = now
 	}
 	for range 3 {
-		tag, err := s.pool.Exec(ctx, `INSERT INTO idempotency (`+idemCols+`) VALUES ($1, $2, $3, $4, $5, $6, 0, NULL, $7, $8)
+		tag, err := s.relaxed.Exec(ctx, `INSERT INTO idempotency (`+idemCols+`) VALUES ($1, $2, $3, $4, $5, $6, 0, NULL, $7, $8)
 			ON CONFLICT (tenant, key) DO UPDATE SET request_sha256 = excluded.request_sha256, exec_id = excluded.exec_id,
 				state = excluded.state, owner = excluded.owner, status = 0, body = NULL,
 				created_at = excluded.created_at, expires_at = excluded.expires_at
@@ -224,7 +229,7 @@ func (s *Postgres) ClaimIdempotency(ctx context.Context, rec *IdemRecord) (*Idem
 
 // CompleteIdempotency implements Store.
 func (s *Postgres) CompleteIdempotency(ctx context.Context, tenant, key string, status int, body []byte) error {
-	tag, err := s.pool.Exec(ctx, `UPDATE idempotency SET state = $1, status = $2, body = $3 WHERE tenant = $4 AND key = $5 AND state = $6`,
+	tag, err := s.relaxed.Exec(ctx, `UPDATE idempotency SET state = $1, status = $2, body = $3 WHERE tenant = $4 AND key = $5 AND state = $6`,
 		IdemDone, status, body, tenant, key, IdemInFlight)
 	if err != nil {
 		return err
@@ -237,7 +242,7 @@ func (s *Postgres) CompleteIdempotency(ctx context.Context, tenant, key string, 
 
 // ReleaseIdempotency implements Store.
 func (s *Postgres) ReleaseIdempotency(ctx context.Context, tenant, key, owner string) error {
-	_, err := s.pool.Exec(ctx, `DELETE FROM idempotency WHERE tenant = $1 AND key = $2 AND state = $3 AND owner = $4`,
+	_, err := s.relaxed.Exec(ctx, `DELETE FROM idempotency WHERE tenant = $1 AND key = $2 AND state = $3 AND owner = $4`,
 		tenant, key, IdemInFlight, owner)
 	return err
 }
@@ -256,7 +261,7 @@ func (s *Postgres) PutExec(ctx context.Context, r *ExecRecord) error {
 		r.CreatedAt = now
 	}
 	r.UpdatedAt = now
-	_, err := s.pool.Exec(ctx, `INSERT INTO execs (id, tenant, key_id, session, state, owner, body, created_at, updated_at, expires_at)
+	_, err := s.relaxed.Exec(ctx, `INSERT INTO execs (id, tenant, key_id, session, state, owner, body, created_at, updated_at, expires_at)
 		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)
 		ON CONFLICT (id) DO UPDATE SET tenant = excluded.tenant, key_id = excluded.key_id, session = excluded.session,
 			state = excluded.state, owner = excluded.owner, body = excluded.body, created_at = excluded.created_at,
@@ -302,7 +307,7 @@ func (s *Postgres) AddUsage(ctx context.Context, deltas ...UsageDelta) error {
 	if len(deltas) == 0 {
 		return nil
 	}
-	return pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error { return addUsage(ctx, tx, deltas) })
+	return pgx.BeginFunc(ctx, s.relaxed, func(tx pgx.Tx) error { return addUsage(ctx, tx, deltas) })
 }
 
 func addUsage(ctx context.Context, tx pgx.Tx, deltas []UsageDelta) error {

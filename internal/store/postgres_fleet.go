@@ -166,7 +166,7 @@ func (s *Postgres) OpenSessions(ctx context.Context, tenant string) (int, error)
 
 // ReleaseHold implements Shared.
 func (s *Postgres) ReleaseHold(ctx context.Context, id string, charge ...UsageDelta) error {
-	return pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+	return pgx.BeginFunc(ctx, s.relaxed, func(tx pgx.Tx) error {
 		if _, err := tx.Exec(ctx, `DELETE FROM budget_holds WHERE id = $1`, id); err != nil {
 			return err
 		}
@@ -214,7 +214,7 @@ func (s *Postgres) PutSession(ctx context.Context, e *SessionEntry) error {
 		e.CreatedAt = now
 	}
 	e.UpdatedAt = now
-	_, err := s.pool.Exec(ctx, `INSERT INTO sessions (id, tenant, key_id, owner, replica, addr, state, end_reason, created_at, updated_at)
+	_, err := s.relaxed.Exec(ctx, `INSERT INTO sessions (id, tenant, key_id, owner, replica, addr, state, end_reason, created_at, updated_at)
 		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)
 		ON CONFLICT (id) DO UPDATE SET state = excluded.state, end_reason = excluded.end_reason, updated_at = excluded.updated_at`,
 		e.ID, e.Tenant, e.KeyID, e.Owner, e.Replica, e.Addr, e.State, e.EndReason, ms(e.CreatedAt), ms(e.UpdatedAt))
