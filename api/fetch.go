@@ -64,7 +64,6 @@ const (
 	WarnInvisibleText = "INVISIBLE_TEXT_LAYER"
 )
 
-
 // FetchResponse is the body of a successful POST /fetch.
 type FetchResponse struct {
 	ID        string   `json:"id"`

@@ -86,12 +86,12 @@ func (p *page) event(m cdpMsg) {
 	switch m.Method {
 	case "Network.requestWillBeSent":
 		var e struct {
-			RequestID        string          `json:"requestId"`
-			LoaderID         string          `json:"loaderId"`
-			FrameID          string          `json:"frameId"`
-			Type             string          `json:"type"`
+			RequestID        string               `json:"requestId"`
+			LoaderID         string               `json:"loaderId"`
+			FrameID          string               `json:"frameId"`
+			Type             string               `json:"type"`
 			Request          struct{ URL string } `json:"request"`
-			RedirectResponse json.RawMessage `json:"redirectResponse"`
+			RedirectResponse json.RawMessage      `json:"redirectResponse"`
 		}
 		if json.Unmarshal(m.Params, &e) != nil {
 			return

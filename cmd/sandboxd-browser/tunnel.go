@@ -43,7 +43,9 @@ func (t *tunnel) accept() {
 		t.next++
 		id := t.next
 		s := jobproto.NewStream(id,
-			func(id uint32, p []byte) error { return t.out.frame(jobproto.TypeStreamUp, jobproto.StreamFrame(id, p)) },
+			func(id uint32, p []byte) error {
+				return t.out.frame(jobproto.TypeStreamUp, jobproto.StreamFrame(id, p))
+			},
 			func(id uint32) error { return t.out.frame(jobproto.TypeStreamUpEOF, jobproto.StreamFrame(id, nil)) },
 			nil, nil, func() {
 				t.mu.Lock()
