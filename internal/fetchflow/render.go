@@ -408,11 +408,11 @@ func (f *Flow) readPDF(ctx context.Context, j *fetchJob, res *browse.Result) (*j
 	return br.Report.PDF, nil
 }
 
-// markerRE finds lines of a page's text that would pass for a page marker.
-var markerRE = regexp.MustCompile(`(?m)^(\s*)-{3,}(\s*page\s+\d+\s*)-{3,}(\s*)$`)
+// markerRE finds what in a page's text would pass for a page marker.
+var markerRE = regexp.MustCompile(`(?i)-{3,}(\s*page\s+\d+\s*)-{3,}`)
 
 // pdfText joins the pages' text with page markers ("--- page 3 ---") that
-// only sandboxd writes: a line of a page that looks like one is changed.
+// only sandboxd writes: text of a page that looks like one is changed.
 func pdfText(pages []string) string {
 	var b strings.Builder
 	for i, pg := range pages {
@@ -420,7 +420,7 @@ func pdfText(pages []string) string {
 			b.WriteString("\n\n")
 		}
 		fmt.Fprintf(&b, "--- page %d ---\n", i+1)
-		b.WriteString(markerRE.ReplaceAllString(pg, "$1- -$2- -$3"))
+		b.WriteString(markerRE.ReplaceAllString(pg, "- -$1- -"))
 	}
 	return b.String()
 }
