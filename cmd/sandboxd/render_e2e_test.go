@@ -64,7 +64,9 @@ type renderEnv struct {
 	apiPort int
 }
 
-func startRenderEnv(t *testing.T) *renderEnv {
+func startRenderEnv(t *testing.T) *renderEnv { return startRenderEnvRuntime(t, "runc") }
+
+func startRenderEnvRuntime(t *testing.T, runtime string) *renderEnv {
 	t.Helper()
 	requireImage(t, "sandboxd/browser:latest")
 	e := &renderEnv{fetchEnv: &fetchEnv{t: t, log: &logbuf.Buffer{}}}
@@ -117,7 +119,7 @@ func startRenderEnv(t *testing.T) *renderEnv {
 
 	tmp := t.TempDir()
 	profilesDir := filepath.Join(tmp, "profiles")
-	copyShippedProfiles(t, profilesDir, "exec/default.yaml", "seccomp/default.json", "seccomp/network.json")
+	copyShippedProfiles(t, profilesDir, "exec/default.yaml", "seccomp/default.json", "seccomp/network.json", "seccomp/gvisor.json")
 	writeFile(t, filepath.Join(profilesDir, "egress/pages.yaml"), fmt.Sprintf(`name: pages
 allow:
   - name: site
@@ -126,8 +128,9 @@ allow:
 allow_cidrs: ["127.0.0.0/8"]
 render:
   hosts: [spa.sandboxd.test]
-  timeout: 8s
-`, e.upPort, apiPort))
+  timeout: %s
+  runtime: %s
+`, e.upPort, apiPort, map[string]string{"runc": "8s", "runsc": "40s"}[runtime], runtime))
 	e.key = e2e.NewSecret("sbxtest_")
 	e.rev = e.key + "rev"
 	keys := filepath.Join(tmp, "keys.yaml")
@@ -294,6 +297,25 @@ func TestPDFEndToEnd(t *testing.T) {
 	code, _, raw = e.fetch(map[string]any{"url": fmt.Sprintf("http://news.sandboxd.test:%d/broken.pdf", e.upPort), "profile": "pages"})
 	if code != 502 || !strings.Contains(string(raw), "UPSTREAM_ERROR") {
 		t.Fatalf("broken pdf: %d %s", code, raw)
+	}
+}
+
+// Under gVisor (render.runtime: runsc) the same render works, and the
+// script's attempts are denied the same way.
+func TestRenderGVisor(t *testing.T) {
+	if out, _ := exec.Command("docker", "info", "--format", "{{json .Runtimes}}").Output(); !strings.Contains(string(out), "runsc") {
+		t.Skip("runsc is not registered with the engine (make gvisor)")
+	}
+	e := startRenderEnvRuntime(t, "runsc")
+	began := time.Now()
+	code, resp, raw := e.fetch(map[string]any{"url": fmt.Sprintf("http://spa.sandboxd.test:%d/spa", e.upPort), "profile": "pages"})
+	t.Logf("render under gVisor took %v", time.Since(began))
+	if code != 200 || !strings.Contains(resp.Content, "SPA_RENDERED_TEXT") || strings.Contains(string(raw), "HIDDEN_") {
+		t.Fatalf("gVisor render: %d %s", code, raw)
+	}
+	code, resp, raw = e.fetch(map[string]any{"url": fmt.Sprintf("http://news.sandboxd.test:%d/scan.pdf", e.upPort), "profile": "pages"})
+	if code != 200 || !hasWarning(resp, "INVISIBLE_TEXT_LAYER") {
+		t.Fatalf("gVisor pdf: %d %s", code, raw)
 	}
 }
 

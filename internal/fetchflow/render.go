@@ -2,6 +2,7 @@ package fetchflow
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -174,11 +175,65 @@ func (r *renderer) register(id string, p *egress.Profile) (net.Addr, func() ([]a
 
 // seccomp is the filter of the browser sandbox: network.json (sockets of
 // the inet families, for the loopback proxy; there is no other network).
-func (r *renderer) seccomp(dir string) ([]byte, error) {
-	if r.cfg.Seccomp != nil {
-		return r.cfg.Seccomp("network.json")
+// Under runsc, clone3 is allowed as in gvisor.json: it reaches gVisor's
+// kernel, which answers ENOSYS (runsc turns the filter's ENOSYS into
+// EPERM, which glibc does not fall back from).
+func (r *renderer) seccomp(dir, runtime string) ([]byte, error) {
+	read := r.cfg.Seccomp
+	if read == nil {
+		read = func(name string) ([]byte, error) { return os.ReadFile(filepath.Join(dir, "seccomp", name)) }
 	}
-	return os.ReadFile(filepath.Join(dir, "seccomp", "network.json"))
+	net, err := read("network.json")
+	if err != nil || runtime != "runsc" {
+		return net, err
+	}
+	gv, err := read("gvisor.json")
+	if err != nil {
+		return nil, err
+	}
+	return withClone3(net, gv)
+}
+
+// withClone3 returns filter with its clone3 rules replaced by those of from.
+func withClone3(filter, from []byte) ([]byte, error) {
+	var f, g map[string]json.RawMessage
+	if err := json.Unmarshal(filter, &f); err != nil {
+		return nil, err
+	}
+	if err := json.Unmarshal(from, &g); err != nil {
+		return nil, err
+	}
+	type rule struct {
+		Names []string `json:"names"`
+	}
+	var fs, gs []json.RawMessage
+	if err := json.Unmarshal(f["syscalls"], &fs); err != nil {
+		return nil, err
+	}
+	if err := json.Unmarshal(g["syscalls"], &gs); err != nil {
+		return nil, err
+	}
+	isClone3 := func(raw json.RawMessage) bool {
+		var r rule
+		return json.Unmarshal(raw, &r) == nil && len(r.Names) == 1 && r.Names[0] == "clone3"
+	}
+	out := fs[:0:0]
+	for _, s := range fs {
+		if !isClone3(s) {
+			out = append(out, s)
+		}
+	}
+	for _, s := range gs {
+		if isClone3(s) {
+			out = append(out, s)
+		}
+	}
+	b, err := json.Marshal(out)
+	if err != nil {
+		return nil, err
+	}
+	f["syscalls"] = b
+	return json.Marshal(f)
 }
 
 // connListener hands the browser sandboxes' connections to the proxy.
@@ -256,7 +311,7 @@ func (f *Flow) render(ctx context.Context, j *fetchJob, capBytes int64) (*browse
 		return nil, nil, browserUnavailable("render: true loads the page", nil)
 	}
 	set := f.cfg.Profiles.Load()
-	sc, err := rr.seccomp(set.Dir)
+	sc, err := rr.seccomp(set.Dir, j.profile.Render.Runtime)
 	if err != nil {
 		return nil, nil, browserUnavailable("render: true loads the page", fmt.Errorf("reading its seccomp filter: %w", err))
 	}
@@ -372,7 +427,7 @@ func (f *Flow) readPDF(ctx context.Context, j *fetchJob, res *browse.Result) (*j
 		return nil, browserUnavailable("a PDF's text is read", nil)
 	}
 	set := f.cfg.Profiles.Load()
-	sc, err := rr.seccomp(set.Dir)
+	sc, err := rr.seccomp(set.Dir, j.profile.Render.Runtime)
 	if err != nil {
 		return nil, browserUnavailable("a PDF's text is read", fmt.Errorf("reading its seccomp filter: %w", err))
 	}
