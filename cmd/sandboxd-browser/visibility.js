@@ -96,7 +96,10 @@
       const clips = s.overflowX !== "visible" || s.overflowY !== "visible" || (s.clip && s.clip !== "auto") || (s.clipPath && s.clipPath !== "none");
       if (clips && (r.width <= 1 || r.height <= 1)) { hiddenEls.add(el); continue; }
       if (area(r) > 0 && (!intersects(r, clip) || !intersects(r, page))) { hiddenEls.add(el); continue; }
-      if (clips) {
+      // Content a reader can scroll to (overflow auto or scroll) is not
+      // clipped; hidden and clip overflow is.
+      const hides = (v) => v === "hidden" || v === "clip";
+      if (hides(s.overflowX) || hides(s.overflowY) || (s.clip && s.clip !== "auto") || (s.clipPath && s.clipPath !== "none")) {
         clip = { left: Math.max(clip.left, r.left), top: Math.max(clip.top, r.top), right: Math.min(clip.right, r.right), bottom: Math.min(clip.bottom, r.bottom) };
       }
     }

@@ -11,6 +11,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
@@ -40,6 +41,9 @@ const spaHTML = `<!DOCTYPE html><html><head><title>SPA</title>
 <p class="sr">HIDDEN_SR_ONLY</p>
 <div style="height:0;overflow:hidden"><p>HIDDEN_ZERO_HEIGHT</p></div>
 <p id="later">HIDDEN_BY_SCRIPT</p>
+<ul><li>VISIBLE_LIST_ITEM</li></ul><p>Read <a href="/x">VISIBLE_LINK_TEXT</a> here.</p>
+<div style="height:60px;overflow:auto"><p>VISIBLE_SCROLL_BOX_TOP</p><p style="margin-top:200px">VISIBLE_SCROLL_BOX_BOTTOM</p></div>
+<div style="height:3000px"></div><p>VISIBLE_BELOW_THE_FOLD</p>
 <script src="/app.js"></script>
 </body></html>`
 
@@ -183,6 +187,11 @@ func TestRenderEndToEnd(t *testing.T) {
 	if !resp.Rendered || !strings.Contains(resp.Content, "SPA_RENDERED_TEXT written by the script") || resp.Title != "SPA" || resp.Status != 200 {
 		t.Fatalf("rendered: %s", raw)
 	}
+	for _, v := range []string{"VISIBLE_LIST_ITEM", "VISIBLE_LINK_TEXT", "VISIBLE_SCROLL_BOX_TOP", "VISIBLE_SCROLL_BOX_BOTTOM", "VISIBLE_BELOW_THE_FOLD"} {
+		if !strings.Contains(resp.Content, v) {
+			t.Errorf("visible text %s is missing:\n%s", v, resp.Content)
+		}
+	}
 	// Zero hidden injections through, in the answer and the capture's
 	// returned text.
 	if strings.Contains(string(raw), "HIDDEN_") || strings.Contains(string(raw), "obey me") {
@@ -235,10 +244,13 @@ func TestRenderEndToEnd(t *testing.T) {
 
 	// The capture keeps the rendered DOM and a checked PNG screenshot.
 	shot, hdr := e.get(e.rev, "/captures/"+resp.CaptureID+"/raw?part=screenshot", 200)
+	if p := os.Getenv("SANDBOXD_RENDER_SCREENSHOT"); p != "" {
+		_ = os.WriteFile(p, shot, 0o644) // to look at it
+	}
 	if !bytes.HasPrefix(shot, []byte("\x89PNG\r\n\x1a\n")) {
 		t.Fatalf("screenshot: % x %v", shot[:min(8, len(shot))], hdr)
 	}
-	dom, _ := e.get(e.rev, "/captures/"+resp.CaptureID+"/raw?part=dom", 200)
+	dom, _ := e.get(e.rev, "/captures/"+resp.CaptureID+"/raw?part=raw", 200)
 	if !bytes.Contains(dom, []byte("SPA_RENDERED_TEXT")) || bytes.Contains(dom, []byte("HIDDEN_DISPLAY_NONE")) {
 		t.Fatalf("dom: %s", dom)
 	}

@@ -486,10 +486,11 @@ func (f *Flow) fetchResponse(j *fetchJob, res *browse.Result) (*api.FetchRespons
 			{Name: "returned.json", ContentType: "application/json", Data: control.JSONAnswer(resp).Body},
 		}}
 	if j.render != nil {
-		// The rendered DOM (what the browser showed, hidden elements
-		// removed) and the screenshot of the viewport.
+		// raw is the rendered DOM (what the browser showed, hidden
+		// elements removed: the body the safe-text rules read), with the
+		// screenshot of the viewport; the review page shows both.
 		rep := j.render.res.Report
-		capt.Parts[0] = capture.Part{Name: "dom", ContentType: "text/html; charset=utf-8", Data: rep.DOM}
+		capt.Parts[0] = capture.Part{Name: "raw", ContentType: "text/html; charset=utf-8", Data: rep.DOM}
 		if len(rep.Shot) > 0 {
 			capt.Parts = append(capt.Parts, capture.Part{Name: "screenshot", ContentType: "image/png", Data: rep.Shot})
 		}
