@@ -71,7 +71,6 @@ func chromiumFlags(proxy string, job *jobproto.BrowserJob) []string {
 type page struct {
 	mu        sync.Mutex
 	frameID   string
-	loaderID  string
 	report    jobproto.PageReport
 	inflight  map[string]bool
 	lastNet   time.Time
