@@ -51,7 +51,14 @@ type BrowserConfig struct {
 	// Seccomp reads a filter of the profiles directory by file name; nil:
 	// from the loaded profile set's seccomp/ directory.
 	Seccomp func(name string) ([]byte, error)
+	// Max is how many browser sandboxes run at once (each may use 1 GiB);
+	// more wait up to MaxWait, then answer 429 BUSY. 0: DefaultMaxBrowsers.
+	Max     int
+	MaxWait time.Duration
 }
+
+// DefaultMaxBrowsers bounds concurrent browser sandboxes.
+const DefaultMaxBrowsers = 4
 
 // DefaultBrowserImage is the image `make image` builds.
 const DefaultBrowserImage = "sandboxd/browser:latest"
@@ -78,6 +85,7 @@ const (
 // connections are served by, and the decisions it made for each fetch.
 type renderer struct {
 	cfg     BrowserConfig
+	slots   chan struct{}
 	proxy   *proxy.Proxy
 	ln      *connListener
 	next    atomic.Uint64
@@ -100,6 +108,13 @@ func newRenderer(cfg BrowserConfig, base *egress.Checker, log *slog.Logger) (*re
 	if r.cfg.Image == "" {
 		r.cfg.Image = DefaultBrowserImage
 	}
+	if r.cfg.Max <= 0 {
+		r.cfg.Max = DefaultMaxBrowsers
+	}
+	if r.cfg.MaxWait <= 0 {
+		r.cfg.MaxWait = 10 * time.Second
+	}
+	r.slots = make(chan struct{}, r.cfg.Max)
 	checker := &egress.Checker{Resolver: base.Resolver, DNSTimeout: base.DNSTimeout, Approvals: base.Approvals, Self: base.Self,
 		Observe: func(d *egress.Decision) {
 			if base.Observe != nil {
@@ -236,6 +251,21 @@ func withClone3(filter, from []byte) ([]byte, error) {
 	return json.Marshal(f)
 }
 
+// acquire takes a browser sandbox slot, waiting up to MaxWait.
+func (r *renderer) acquire(ctx context.Context) (func(), error) {
+	t := time.NewTimer(r.cfg.MaxWait)
+	defer t.Stop()
+	select {
+	case r.slots <- struct{}{}:
+		return func() { <-r.slots }, nil
+	case <-t.C:
+		return nil, &api.Error{Status: http.StatusTooManyRequests, Code: api.CodeBusy, RetryAfter: 5,
+			Message: fmt.Sprintf("all %d browser sandboxes were busy for %s; retry later", r.cfg.Max, r.cfg.MaxWait)}
+	case <-ctx.Done():
+		return nil, &api.Error{Status: http.StatusBadGateway, Code: api.CodeUpstreamError, Message: "the fetch ended while it waited for a browser sandbox"}
+	}
+}
+
 // connListener hands the browser sandboxes' connections to the proxy.
 type connListener struct {
 	ch   chan net.Conn
@@ -315,6 +345,11 @@ func (f *Flow) render(ctx context.Context, j *fetchJob, capBytes int64) (*browse
 	if err != nil {
 		return nil, nil, browserUnavailable("render: true loads the page", fmt.Errorf("reading its seccomp filter: %w", err))
 	}
+	release, err := rr.acquire(ctx)
+	if err != nil {
+		return nil, nil, err
+	}
+	defer release()
 	p := j.profile
 	timeout := p.RenderTimeout()
 	addr, forget := rr.register(j.id, p)
@@ -431,6 +466,11 @@ func (f *Flow) readPDF(ctx context.Context, j *fetchJob, res *browse.Result) (*j
 	if err != nil {
 		return nil, browserUnavailable("a PDF's text is read", fmt.Errorf("reading its seccomp filter: %w", err))
 	}
+	release, err := rr.acquire(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer release()
 	timeout := min(j.profile.RenderTimeout()*2, pdfTimeoutCap)
 	spec := &runner.BrowserSpec{
 		ID: j.id, Tenant: j.key.Tenant, Image: rr.cfg.Image, Runtime: j.profile.Render.Runtime, SeccompJSON: sc,

@@ -1,8 +1,11 @@
 package fetchflow
 
 import (
+	"context"
+	"errors"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/sandboxd/sandboxd/api"
 	"github.com/sandboxd/sandboxd/egress"
@@ -60,4 +63,26 @@ func TestDeniedForFindsThePagesRefusal(t *testing.T) {
 	if d := deniedFor(ds, "http://page.example/", &jobproto.PageReport{}); d != nil {
 		t.Fatalf("a subresource's denial was taken for the page's: %+v", d)
 	}
+}
+
+// At most Max browser sandboxes run at once; the next waits, then is
+// refused with 429 BUSY.
+func TestBrowserSlots(t *testing.T) {
+	r := &renderer{cfg: BrowserConfig{Max: 1, MaxWait: 50 * time.Millisecond}, slots: make(chan struct{}, 1)}
+	release, err := r.acquire(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	began := time.Now()
+	_, err = r.acquire(context.Background())
+	var ae *api.Error
+	if !errors.As(err, &ae) || ae.Code != api.CodeBusy || ae.Status != 429 || time.Since(began) < 50*time.Millisecond {
+		t.Fatalf("second sandbox: %v after %v", err, time.Since(began))
+	}
+	release()
+	release2, err := r.acquire(context.Background())
+	if err != nil {
+		t.Fatalf("after a release: %v", err)
+	}
+	release2()
 }
