@@ -1,6 +1,8 @@
 # sandboxd -- build, run and test.
 #
-#   make image    sandbox image sandboxd/python:3.11 (no registry needed; see images/build.sh)
+#   make image    sandbox images sandboxd/python:3.11, sandboxd/python-data:3.11 and the
+#                 browser image sandboxd/browser (no registry needed; see images/build.sh,
+#                 images/browser/build.sh)
 #   make build    bin/sandboxd and bin/sandboxd-launcher
 #   make run      image + build, then serve on $(ADDR)
 #   make test     image + build, then go vet, staticcheck and the race-enabled test suite,
@@ -41,6 +43,9 @@ VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 
 BIN := bin
 LAUNCHER := $(BIN)/sandboxd-launcher
+# The driver of browser sandboxes (POST /fetch render: true, PDFs), static
+# and reproducible like the launcher.
+BROWSER_DRIVER := $(BIN)/sandboxd-browser
 SANDBOXD := $(BIN)/sandboxd
 # Static, reproducible launcher: identical sources give an identical binary,
 # so its sha256 (part of the image recipe) only changes with the code.
@@ -49,7 +54,7 @@ LAUNCHER_LDFLAGS := -s -w -buildid=
 # The classic builder is what works without the buildx plugin (engine 20.10).
 DOCKER_BUILDKIT ?= $(shell docker buildx version >/dev/null 2>&1 && echo 1 || echo 0)
 
-.PHONY: all help image launcher build sandboxd cgo-deps fleet-deps s3-test-server test-deps python-deps run test test-python vet lint docker gvisor clean fmt-check bench soak
+.PHONY: all help image launcher browser-driver build sandboxd cgo-deps fleet-deps s3-test-server test-deps python-deps run test test-python vet lint docker gvisor clean fmt-check bench soak
 
 all: build
 
@@ -83,12 +88,16 @@ cgo-deps:
 	$$sudo apt-get install -y -q gcc libc6-dev pkg-config libseccomp-dev || \
 		{ $$sudo apt-get update -q && $$sudo apt-get install -y -q gcc libc6-dev pkg-config libseccomp-dev; }
 
-build: sandboxd launcher
+browser-driver:
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags='$(LAUNCHER_LDFLAGS)' -o $(BROWSER_DRIVER) ./cmd/sandboxd-browser
 
-image: launcher
+build: sandboxd launcher browser-driver
+
+image: launcher browser-driver
 	IMAGE='$(IMAGE)' BASE_REPO='$(BASE_REPO)' LAUNCHER='$(CURDIR)/$(LAUNCHER)' FORCE='$(FORCE)' bash images/build.sh
 	IMAGE='$(DATA_IMAGE)' BASE_REPO='$(BASE_REPO)-data' LAUNCHER='$(CURDIR)/$(LAUNCHER)' FORCE='$(FORCE)' \
 		EXTRA_PACKAGES=images/data/packages EXTRA_SMOKE='import numpy, pandas, importlib.util; assert importlib.util.find_spec("matplotlib")' bash images/build.sh
+	DRIVER='$(CURDIR)/$(BROWSER_DRIVER)' FORCE='$(FORCE)' bash images/browser/build.sh
 
 # Idempotent: installs runsc only when missing, and edits daemon.json and
 # reloads the engine only when the runsc entry is not as wanted.

@@ -17,6 +17,12 @@ type FetchRequest struct {
 	// Content is "full" (default: the whole visible page) or "main" (only
 	// its main content; HTML only, not with Selector).
 	Content string `json:"content,omitempty"`
+	// Render, when true, loads the page in headless Chromium inside a
+	// locked-down browser sandbox whose only way out is the egress proxy,
+	// and reads what the browser shows (a page whose text its script
+	// writes). Absent: the egress profile's render.hosts decide; false:
+	// never rendered.
+	Render *bool `json:"render,omitempty"`
 }
 
 // Content values of FetchRequest and FetchResponse.
@@ -46,6 +52,16 @@ const (
 	// WarnMainFallback: content "main" was asked, but no main content was
 	// found or it looked too thin: the whole page was returned.
 	WarnMainFallback = "MAIN_CONTENT_FALLBACK"
+	// WarnRenderTimeout: the rendered page did not settle within the
+	// render's time limit; content is what it showed then.
+	WarnRenderTimeout = "RENDER_TIMEOUT"
+	// WarnRenderCut: the browser downloaded more than the byte cap in
+	// force; its connections were cut there and content is what the page
+	// showed then.
+	WarnRenderCut = "RENDER_BYTES_CUT"
+	// WarnInvisibleText: the PDF has text drawn invisibly (render mode 3,
+	// usually a scan's OCR layer); it is kept in content.
+	WarnInvisibleText = "INVISIBLE_TEXT_LAYER"
 )
 
 // FetchResponse is the body of a successful POST /fetch.
@@ -75,6 +91,10 @@ type FetchResponse struct {
 	// WordsOmitted, with content_mode main, counts the visible words of
 	// the page left out of content.
 	WordsOmitted int `json:"words_omitted,omitempty"`
+	// Rendered is true when a browser sandbox loaded the page (render).
+	Rendered bool `json:"rendered"`
+	// Pages counts the pages of a PDF (0 for other content).
+	Pages int `json:"pages,omitempty"`
 	// Warnings say where content may differ from what a reader of the
 	// page sees (never empty in JSON: [] when none).
 	Warnings      []FetchWarning `json:"warnings"`

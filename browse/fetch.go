@@ -1,8 +1,9 @@
 // Package browse fetches web pages for agents (POST /fetch): every hop of
 // a fetch goes through the egress decision function and dials the one
 // checked address, bodies are cut at a cap before and after decompression, the
-// charset is decoded to UTF-8, and only HTML and plain-text kinds are
-// passed on (to browse/safetext, which turns them into safe text).
+// charset is decoded to UTF-8, and only HTML, plain-text kinds and PDFs are
+// passed on (to browse/safetext, which turns them into safe text; a PDF is
+// read in a browser sandbox, never in sandboxd).
 package browse
 
 import (
@@ -123,6 +124,9 @@ type Kind int
 const (
 	KindHTML Kind = iota + 1
 	KindText
+	// KindPDF is a PDF: Body holds its bytes (decompressed, not decoded),
+	// for a browser sandbox to read; sandboxd never parses it.
+	KindPDF
 )
 
 // Result is a completed fetch.
@@ -279,7 +283,7 @@ func (f *Fetcher) do(ctx context.Context, req Request, target string, timeout ti
 		ua = "sandboxd-fetch"
 	}
 	hreq.Header.Set("User-Agent", ua)
-	hreq.Header.Set("Accept", "text/html,application/xhtml+xml,text/plain;q=0.9,application/json;q=0.9,application/xml;q=0.8,*/*;q=0.1")
+	hreq.Header.Set("Accept", "text/html,application/xhtml+xml,text/plain;q=0.9,application/json;q=0.9,application/xml;q=0.8,application/pdf;q=0.8,*/*;q=0.1")
 	hreq.Header.Set("Accept-Encoding", "gzip, deflate, br")
 	resp, err := client.Do(hreq)
 	if err != nil {
@@ -443,6 +447,10 @@ func (f *Fetcher) read(resp *http.Response, res *Result, capBytes int64, h *Hop)
 	if res.Kind == 0 {
 		return unsupported(ct, int64(len(body)))
 	}
+	if res.Kind == KindPDF {
+		res.Body = body
+		return nil
+	}
 	text, name, err := toUTF8(body, ct, res.Kind, res.Truncated)
 	if err != nil {
 		return &Error{Code: CodeUpstream, Status: http.StatusBadGateway, URL: h.URL, Message: fmt.Sprintf("the body of %s cannot be decoded from its charset: %v", h.URL, err)}
@@ -457,7 +465,7 @@ func unsupported(ct string, size int64) *Error {
 		sz = strconv.FormatInt(size, 10) + " bytes"
 	}
 	return &Error{Code: CodeUnsupported, Status: http.StatusUnprocessableEntity, ContentType: ct, Size: size,
-		Message: fmt.Sprintf("the content is %s (%s); /fetch returns HTML, plain text, JSON and XML only", ct, sz)}
+		Message: fmt.Sprintf("the content is %s (%s); /fetch returns HTML, plain text, JSON, XML and PDF only", ct, sz)}
 }
 
 // kindOf classifies a media type: HTML, text, or 0 (refused).
@@ -465,6 +473,8 @@ func kindOf(media string) Kind {
 	switch media {
 	case "text/html", "application/xhtml+xml":
 		return KindHTML
+	case "application/pdf", "application/x-pdf":
+		return KindPDF
 	case "text/plain", "text/markdown", "text/x-markdown", "text/csv", "text/xml",
 		"application/json", "application/xml", "application/x-ndjson":
 		return KindText

@@ -99,6 +99,9 @@ type Profile struct {
 	// CaptureRetentionDays is how long a fetch's capture is kept; 0 keeps
 	// it until it is erased.
 	CaptureRetentionDays int64 `yaml:"capture_retention_days" json:"capture_retention_days"`
+	// Render is how POST /fetch renders pages in a browser sandbox under
+	// this profile (render: true).
+	Render Render `yaml:"render" json:"render"`
 
 	// Version is the sha256 (hex) of the normalised profile; set by Compile.
 	Version string `yaml:"-" json:"-"`
@@ -146,6 +149,85 @@ func Defaults() Profile {
 		TotalTimeout:         DefaultTotalTimeout,
 		RequestsPerMinute:    DefaultRequestsPerMinute,
 		CaptureRetentionDays: DefaultCaptureRetentionDays,
+	}
+}
+
+// Render is an egress profile's settings for rendered fetches: the page
+// loads in headless Chromium in a browser sandbox whose every request goes
+// through the egress proxy under the profile.
+type Render struct {
+	// Hosts are rendered when a request does not say (no render field):
+	// exact names or "*.domain", as in rules. render: false still wins.
+	Hosts []string `yaml:"hosts" json:"hosts"`
+	// Timeout is a render's wall time, from the sandbox's start to the
+	// page being read.
+	Timeout time.Duration `yaml:"timeout" json:"timeout_ns"`
+	// Runtime runs the browser sandbox: runc, or runsc (gVisor).
+	Runtime string `yaml:"runtime" json:"runtime"`
+	// MaxBytes caps the bytes the browser downloads for one render, every
+	// request and tunnel together; 0: max_response_bytes.
+	MaxBytes int64 `yaml:"max_bytes" json:"max_bytes"`
+
+	patterns []hostmatch.Pattern
+}
+
+// Defaults and ranges of the render settings.
+const (
+	DefaultRenderTimeout = 20 * time.Second
+	MinRenderTimeout     = 2 * time.Second
+	MaxRenderTimeout     = 2 * time.Minute
+)
+
+// RendersByDefault reports whether a fetch of host is rendered when the
+// request does not say.
+func (p *Profile) RendersByDefault(host string) bool {
+	h := strings.TrimSuffix(strings.ToLower(host), ".")
+	for _, pat := range p.Render.patterns {
+		if pat.Match(h) {
+			return true
+		}
+	}
+	return false
+}
+
+// RenderMaxBytes is the render's byte cap.
+func (p *Profile) RenderMaxBytes() int64 {
+	if p.Render.MaxBytes > 0 {
+		return p.Render.MaxBytes
+	}
+	return p.MaxResponseBytes
+}
+
+// RenderTimeout is the render's wall time.
+func (p *Profile) RenderTimeout() time.Duration {
+	if p.Render.Timeout > 0 {
+		return p.Render.Timeout
+	}
+	return DefaultRenderTimeout
+}
+
+func compileRender(r *Render, errs *FieldErrors) {
+	r.patterns = nil
+	for i, h := range r.Hosts {
+		pat, err := hostmatch.Parse(h)
+		if err != nil {
+			errs.add(fmt.Sprintf("render.hosts[%d]", i), "%v", err)
+			continue
+		}
+		r.patterns = append(r.patterns, pat)
+	}
+	if r.Timeout != 0 && (r.Timeout < MinRenderTimeout || r.Timeout > MaxRenderTimeout) {
+		errs.add("render.timeout", "render.timeout is %s; allowed is %s to %s", ShortDuration(r.Timeout), ShortDuration(MinRenderTimeout), ShortDuration(MaxRenderTimeout))
+	}
+	switch r.Runtime {
+	case "":
+		r.Runtime = "runc"
+	case "runc", "runsc":
+	default:
+		errs.add("render.runtime", "render.runtime %q is not known; use runc or runsc (gVisor)", r.Runtime)
+	}
+	if r.MaxBytes < 0 || r.MaxBytes > MaxResponseBytes {
+		errs.add("render.max_bytes", "render.max_bytes is %d; allowed is 0 (max_response_bytes) to 1073741824 bytes (1 GiB)", r.MaxBytes)
 	}
 }
 
@@ -329,6 +411,7 @@ func (p *Profile) Compile() error {
 	for _, f := range numberFields {
 		f.check(p, &errs)
 	}
+	compileRender(&p.Render, &errs)
 	if p.TotalTimeout < p.ConnectTimeout {
 		errs.add("total_timeout", "total_timeout %s is shorter than connect_timeout %s; the total includes the connect", ShortDuration(p.TotalTimeout), ShortDuration(p.ConnectTimeout))
 	}
@@ -515,7 +598,16 @@ func (p *Profile) Compiled() bool { return p != nil && p.compiled != nil }
 // spelling of equivalent values (upper-case hosts, a trailing dot) do not
 // change it; any effective value does.
 func version(p *Profile) string {
-	b, err := json.Marshal(p)
+	// Render settings at their defaults are left out, so that a profile
+	// that does not use them keeps the version it had before they existed.
+	v := struct {
+		*Profile
+		Render *Render `json:"render,omitempty"`
+	}{Profile: p}
+	if r := p.Render; len(r.Hosts) > 0 || r.Timeout != 0 || (r.Runtime != "" && r.Runtime != "runc") || r.MaxBytes != 0 {
+		v.Render = &p.Render
+	}
+	b, err := json.Marshal(v)
 	if err != nil {
 		panic("egress: marshalling profile for its version: " + err.Error())
 	}

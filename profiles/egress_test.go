@@ -93,6 +93,13 @@ func checkComments(t *testing.T, file string, n *yaml.Node, prefix string, seen 
 		if strings.TrimSpace(comment) == "" {
 			t.Errorf("%s:%d: %s%s has no comment explaining it", file, k.Line, prefix, k.Value)
 		}
+		if v.Kind == yaml.MappingNode && prefix == "" {
+			// A nested mapping (render:): its keys are leaves of their own.
+			for j := 0; j+1 < len(v.Content); j += 2 {
+				seen[k.Value+"."+v.Content[j].Value] = true
+			}
+			checkComments(t, file, v, k.Value+".", map[string]bool{})
+		}
 		if v.Kind == yaml.SequenceNode {
 			for j, item := range v.Content {
 				if item.Kind == yaml.MappingNode {

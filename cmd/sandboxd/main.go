@@ -35,6 +35,7 @@ import (
 	"github.com/sandboxd/sandboxd/internal/auth"
 	"github.com/sandboxd/sandboxd/internal/control/admit"
 	"github.com/sandboxd/sandboxd/internal/execflow"
+	"github.com/sandboxd/sandboxd/internal/fetchflow"
 	"github.com/sandboxd/sandboxd/internal/forensics/audit"
 	"github.com/sandboxd/sandboxd/internal/forensics/capture"
 	"github.com/sandboxd/sandboxd/internal/httpapi"
@@ -102,6 +103,9 @@ type serveConfig struct {
 	// egress network's gateway (0: any free port).
 	profilesPoll time.Duration
 	egressPort   int
+	// browserImage is the image of browser sandboxes (POST /fetch with
+	// render: true, PDFs).
+	browserImage string
 	// captures say where captures go (captures.go); retentionEvery is
 	// how often expired captures are swept.
 	captures       captureFlags
@@ -202,6 +206,7 @@ func parseServe(args []string, stderr io.Writer) (*serveConfig, error) {
 	fs.StringVar(&c.logLevel, "log-level", envDefault("LOG_LEVEL", "info"), "debug, info, warn or error (env SANDBOXD_LOG_LEVEL)")
 	fs.DurationVar(&c.profilesPoll, "profiles-poll", envDuration("PROFILES_POLL", 3*time.Second), "how often the profiles dir is checked for changed files, which are then reloaded (SIGHUP reloads at once); 0 turns polling off (env SANDBOXD_PROFILES_POLL)")
 	fs.IntVar(&c.egressPort, "egress-port", envInt("EGRESS_PORT", 3128), "port of the egress proxy on the egress network's gateway, for exec profiles with network egress; 0 picks a free one (env SANDBOXD_EGRESS_PORT)")
+	fs.StringVar(&c.browserImage, "browser-image", envDefault("BROWSER_IMAGE", fetchflow.DefaultBrowserImage), "the image of browser sandboxes, for POST /fetch with render: true and PDFs (make image builds it) (env SANDBOXD_BROWSER_IMAGE)")
 	addCaptureFlags(fs, &c.captures)
 	fs.DurationVar(&c.anchorEvery, "audit-anchor-interval", envDuration("AUDIT_ANCHOR_INTERVAL", time.Minute), "how often the audit log's head is logged as \"audit head\" (seq, hash, anchor) when it moved, to keep outside the log for `sandboxd audit verify --anchor`; 0: only at shutdown (env SANDBOXD_AUDIT_ANCHOR_INTERVAL)")
 	fs.DurationVar(&c.retentionEvery, "retention-interval", envDuration("RETENTION_INTERVAL", time.Hour), "how often captures past their profile's capture_retention_days are deleted (each deletion is audited) (env SANDBOXD_RETENTION_INTERVAL)")
@@ -418,6 +423,7 @@ func serveWith(cfg *serveConfig, log *slog.Logger, console io.Writer) error {
 		Control:         ctl,
 		Approvals:       approvals,
 		Fetcher:         &browse.Fetcher{Checker: fetchChecker, Log: log, UserAgent: "sandboxd/" + version},
+		Browser:         fetchflow.BrowserConfig{Runner: eng, Image: cfg.browserImage},
 		Audit:           auditLog,
 		Captures:        captures,
 		FleetKey:        fleetKey,

@@ -34,6 +34,7 @@ import (
 	"github.com/sandboxd/sandboxd/internal/control"
 	"github.com/sandboxd/sandboxd/internal/forensics/audit"
 	"github.com/sandboxd/sandboxd/internal/forensics/capture"
+	"github.com/sandboxd/sandboxd/internal/jobproto"
 	"github.com/sandboxd/sandboxd/internal/outputs"
 	"github.com/sandboxd/sandboxd/internal/secrets"
 	"github.com/sandboxd/sandboxd/profiles"
@@ -57,12 +58,16 @@ type Config struct {
 		Track(ctx context.Context) (context.Context, func())
 	}
 	Log *slog.Logger
+	// Browser runs browser sandboxes, for render: true and PDFs; without
+	// a runner they answer 503 UNAVAILABLE.
+	Browser BrowserConfig
 }
 
 // Flow runs fetches.
 type Flow struct {
 	cfg   Config
 	plane *control.Plane
+	rend  *renderer // render.go; nil without a browser runner
 }
 
 // New returns a flow.
@@ -73,7 +78,15 @@ func New(cfg Config) (*Flow, error) {
 	if cfg.Log == nil {
 		cfg.Log = slog.New(slog.DiscardHandler)
 	}
-	return &Flow{cfg: cfg, plane: cfg.Plane}, nil
+	f := &Flow{cfg: cfg, plane: cfg.Plane}
+	if cfg.Browser.Runner != nil {
+		r, err := newRenderer(cfg.Browser, cfg.Fetcher.Checker, cfg.Fetcher.Log)
+		if err != nil {
+			return nil, err
+		}
+		f.rend = r
+	}
+	return f, nil
 }
 
 // Call is one POST /fetch.
@@ -138,6 +151,10 @@ type fetchJob struct {
 	log           *slog.Logger
 	who           audit.Who
 	started       time.Time
+	// render is the browser sandbox's report of a rendered fetch (nil:
+	// not rendered); pdf the text of a PDF.
+	render *renderOutcome
+	pdf    *jobproto.PDFReport
 }
 
 // check validates the request, fills in defaults, and returns the
@@ -269,12 +286,38 @@ func (f *Flow) fetchOnce(ctx context.Context, j *fetchJob) (o fetchOutcome) {
 	defer done()
 
 	begin := time.Now()
-	res, err := f.cfg.Fetcher.Fetch(fctx, browse.Request{URL: j.req.URL, Profile: j.profile, MaxBytes: maxBytes, Client: j.id, Tenant: tenant, KeyID: j.key.ID})
-	if res != nil && res.BytesReceived > 0 {
-		f.plane.Limits().ChargeFetch(context.WithoutCancel(ctx), tenant, j.session, res.BytesReceived)
+	var res *browse.Result
+	if wantsRender(&j.req, j.profile) {
+		capBytes := j.profile.RenderMaxBytes()
+		if maxBytes > 0 && maxBytes < capBytes {
+			capBytes = maxBytes
+		}
+		res, j.render, err = f.render(fctx, j, capBytes) // render.go
+		if j.render != nil && j.render.res != nil && j.render.res.DownBytes > 0 {
+			f.plane.Limits().ChargeFetch(context.WithoutCancel(ctx), tenant, j.session, j.render.res.DownBytes)
+		}
+	} else {
+		res, err = f.cfg.Fetcher.Fetch(fctx, browse.Request{URL: j.req.URL, Profile: j.profile, MaxBytes: maxBytes, Client: j.id, Tenant: tenant, KeyID: j.key.ID})
+		if res != nil && res.BytesReceived > 0 {
+			f.plane.Limits().ChargeFetch(context.WithoutCancel(ctx), tenant, j.session, res.BytesReceived)
+		}
+		if err == nil && res.Kind == browse.KindPDF {
+			j.pdf, err = f.readPDF(fctx, j, res) // render.go: in a browser sandbox
+		}
 	}
 	m.FetchSeconds.Observe(time.Since(begin).Seconds())
 	o.res = res
+	var ae *api.Error
+	if errors.As(err, &ae) {
+		m.Fetches.WithLabelValues(j.profile.Name, strings.ToLower(ae.Code)).Inc()
+		e := *ae
+		e.Message = redactString(f.redactor(j.profile), e.Message)
+		j.log.Info("fetch refused", "code", e.Code, "rendered", j.render != nil)
+		a := control.ErrAnswer(&e)
+		a.Keep = j.render != nil || res != nil
+		o.a = a
+		return o
+	}
 	if err != nil {
 		var fe *browse.Error
 		if !errors.As(err, &fe) {
@@ -342,11 +385,28 @@ func (f *Flow) fetchOnce(ctx context.Context, j *fetchJob) (o fetchOutcome) {
 func (f *Flow) fetchResponse(j *fetchJob, res *browse.Result) (*api.FetchResponse, string, error) {
 	var text, title string
 	var warnings []api.FetchWarning
-	if res.Truncated {
+	if res.Truncated && j.render == nil {
 		warnings = append(warnings, api.FetchWarning{Code: api.WarnTruncated, Message: truncationMessage(j, res)})
 	}
 	truncated, outputCut := res.Truncated, false
 	mode, omitted := api.ContentFull, 0
+	pages := 0
+	if j.render != nil {
+		pg := j.render.res.Report.Page
+		if pg.TimedOut {
+			warnings = append(warnings, api.FetchWarning{Code: api.WarnRenderTimeout,
+				Message: fmt.Sprintf("the page had not finished loading at the render's time limit of %s; content is what it showed then", j.profile.RenderTimeout())})
+		}
+		if j.render.res.CapHit {
+			truncated = true
+			warnings = append(warnings, api.FetchWarning{Code: api.WarnRenderCut,
+				Message: fmt.Sprintf("the browser downloaded %d bytes, the cap in force; its connections were cut there and content is what the page showed then", res.Cap)})
+		}
+		if pg.DOMTruncated {
+			warnings = append(warnings, api.FetchWarning{Code: api.WarnTruncated,
+				Message: fmt.Sprintf("the rendered page is longer than %d bytes; content is its first part", maxDOMBytes)})
+		}
+	}
 	switch res.Kind {
 	case browse.KindHTML:
 		base, _ := url.Parse(res.FinalURL)
@@ -359,6 +419,18 @@ func (f *Flow) fetchResponse(j *fetchJob, res *browse.Result) (*api.FetchRespons
 		mode, omitted = page.Content, page.OmittedWords
 		for _, w := range page.Warnings {
 			warnings = append(warnings, api.FetchWarning{Code: w.Code, Message: w.Message})
+		}
+	case browse.KindPDF:
+		text, outputCut = safetext.Text(pdfText(j.pdf.Pages), fetchMaxOutput)
+		outputCut = outputCut || j.pdf.Truncated
+		pages = len(j.pdf.Pages)
+		if j.pdf.InvisibleText {
+			warnings = append(warnings, api.FetchWarning{Code: api.WarnInvisibleText,
+				Message: "the PDF draws text invisibly (text render mode 3, usually a scanned page's recognised text); that text is in content, though a reader of the pages does not see it as text"})
+		}
+		if j.req.Content == api.ContentMain {
+			warnings = append(warnings, api.FetchWarning{Code: api.WarnMainFallback,
+				Message: "content \"main\" applies to HTML pages; this PDF is returned whole"})
 		}
 	default:
 		text, outputCut = safetext.Text(string(res.Body), fetchMaxOutput)
@@ -396,7 +468,7 @@ func (f *Flow) fetchResponse(j *fetchJob, res *browse.Result) (*api.FetchRespons
 
 	resp := &api.FetchResponse{ID: j.id, URL: red(j.req.URL), FinalURL: finalURL, Redirects: redirects, Status: res.Status,
 		ContentType: res.ContentType, Title: title, Content: wrapped, Nonce: nonce, Untrusted: true, Truncated: truncated,
-		ContentMode: mode, WordsOmitted: omitted, Warnings: warnings,
+		ContentMode: mode, WordsOmitted: omitted, Warnings: warnings, Rendered: j.render != nil, Pages: pages,
 		BytesReceived: res.BytesReceived, Redactions: map[string]int(counts), Profile: api.ProfileRef{Name: j.profile.Name, Version: j.profile.Version}}
 	if resp.Redactions == nil {
 		resp.Redactions = map[string]int{}
@@ -417,6 +489,27 @@ func (f *Flow) fetchResponse(j *fetchJob, res *browse.Result) (*api.FetchRespons
 			{Name: "headers", ContentType: "text/plain", Data: headerBlock(res)},
 			{Name: "returned.json", ContentType: "application/json", Data: control.JSONAnswer(resp).Body},
 		}}
+	if j.render != nil {
+		// raw is the rendered DOM (what the browser showed, hidden
+		// elements removed: the body the safe-text rules read), with the
+		// screenshot of the viewport; the review page shows both.
+		rep := j.render.res.Report
+		capt.Parts[0] = capture.Part{Name: "raw", ContentType: "text/html; charset=utf-8", Data: rep.DOM}
+		if len(rep.Shot) > 0 {
+			capt.Parts = append(capt.Parts, capture.Part{Name: "screenshot", ContentType: "image/png", Data: rep.Shot})
+		}
+		capt.Meta["rendered"] = "true"
+		capt.Meta["hops"] = decisionSummary(j.render.decisions)
+		capt.Meta["render_hidden_removed"] = fmt.Sprint(rep.Page.Hidden)
+		capt.Meta["render_requests"] = fmt.Sprint(rep.Page.Requests)
+		capt.Meta["render_bytes"] = fmt.Sprint(j.render.res.DownBytes)
+		capt.Meta["browser_image"] = j.render.res.ImageID
+	}
+	if j.pdf != nil {
+		capt.Meta["pdf_pages"] = fmt.Sprint(len(j.pdf.Pages))
+		capt.Meta["pdf_invisible_text"] = fmt.Sprint(j.pdf.InvisibleText)
+		capt.Meta["pdf_invisible_checked"] = fmt.Sprint(j.pdf.InvisibleChecked)
+	}
 	if err := f.cfg.Captures.Put(context.Background(), capt); err != nil {
 		return nil, "", err
 	}
@@ -446,6 +539,16 @@ func hopSummary(hops []browse.Hop) string {
 			ip = h.Decision.Dial.String()
 		}
 		parts[i] = fmt.Sprintf("%s %s %s %s %d", h.URL, h.Decision.Verdict(), h.Decision.Rule, ip, h.Status)
+	}
+	return strings.Join(parts, "\n")
+}
+
+// decisionSummary lists a render's egress decisions for the capture's
+// metadata.
+func decisionSummary(ds []audit.Decision) string {
+	parts := make([]string, len(ds))
+	for i, d := range ds {
+		parts[i] = fmt.Sprintf("%s %s:%d %s %s %s", d.Method, d.Host, d.Port, d.Verdict, d.Code, d.Rule)
 	}
 	return strings.Join(parts, "\n")
 }
@@ -509,6 +612,25 @@ func (f *Flow) audit(j *fetchJob, res *browse.Result, a *control.Answer, resp *a
 			if d.Host != "" && !slices.Contains(r.Hosts, d.Host) {
 				r.Hosts = append(r.Hosts, d.Host)
 			}
+		}
+	}
+	if j.render != nil {
+		// Every decision the egress proxy made for the browser's requests.
+		for _, d := range j.render.decisions {
+			d.URL = redactString(f.redactor(j.profile), d.URL)
+			r.Egress = append(r.Egress, d)
+			if d.Host != "" && !slices.Contains(r.Hosts, d.Host) {
+				r.Hosts = append(r.Hosts, d.Host)
+			}
+		}
+		r.Detail["rendered"] = "true"
+		if j.render.dropped > 0 {
+			r.Detail["egress_decisions_dropped"] = strconv.Itoa(j.render.dropped)
+		}
+		if br := j.render.res; br != nil {
+			r.Detail["render_bytes"] = strconv.FormatInt(br.DownBytes, 10)
+			r.Detail["render_connections"] = strconv.Itoa(br.Streams)
+			r.Detail["browser_image"] = br.ImageID
 		}
 	}
 	if len(r.Hosts) == 0 {

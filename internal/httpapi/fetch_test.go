@@ -96,9 +96,13 @@ func newFetchFixture(t *testing.T, tenants string) *fetchFixture {
 		w.Header().Set("Content-Type", "text/plain")
 		io.WriteString(w, "the vendor echoes your key: "+fetchSecretValue+"\n")
 	})
+	mux.HandleFunc("/zip", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/zip")
+		w.Write(make([]byte, 100))
+	})
 	mux.HandleFunc("/pdf", func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "application/pdf")
-		w.Write(make([]byte, 100))
+		w.Write([]byte("%PDF-1.4\n"))
 	})
 	mux.HandleFunc("/to-evil", func(w http.ResponseWriter, r *http.Request) {
 		_, port, _ := net.SplitHostPort(r.Host)
@@ -312,7 +316,9 @@ func TestFetchErrors(t *testing.T) {
 		{"/x", "nowhere.test", 403, api.CodeEgressDenied},
 		{"/to-evil", "pages.test", 403, api.CodeEgressDenied},
 		{"/hangup", "pages.test", 502, api.CodeUpstreamError},
-		{"/pdf", "pages.test", 422, api.CodeUnsupported},
+		{"/zip", "pages.test", 422, api.CodeUnsupported},
+		// PDFs are read in a browser sandbox; without one, nothing reads them.
+		{"/pdf", "pages.test", 503, api.CodeUnavailable},
 	}
 	for _, c := range cases {
 		r := f.fetch(fetchBody(map[string]any{"url": f.url(c.host, c.path), "profile": "pages"}))
@@ -321,7 +327,7 @@ func TestFetchErrors(t *testing.T) {
 		}
 		if c.code == api.CodeUnsupported {
 			e := r.body["error"].(map[string]any)
-			if e["content_type"] != "application/pdf" || e["size"] != float64(100) {
+			if e["content_type"] != "application/zip" || e["size"] != float64(100) {
 				t.Errorf("unsupported content lacks its type and size: %s", r.raw)
 			}
 		}

@@ -321,7 +321,7 @@ tenants:
 	}
 	c.do(oasCall{method: "POST", route: "/fetch", target: "/fetch", key: keyAgent, body: fetchBody(map[string]any{"url": page, "profile": "pages", "format": "pdf"})}).want(t, "bad format", 400, api.CodeValidation)
 	c.do(oasCall{method: "POST", route: "/fetch", target: "/fetch", key: keyAgent, body: fetchBody(map[string]any{"url": f.url("pages.test", "/to-evil"), "profile": "pages"}), validRequest: true}).want(t, "redirect to evil", 403, api.CodeEgressDenied)
-	c.do(oasCall{method: "POST", route: "/fetch", target: "/fetch", key: keyAgent, body: fetchBody(map[string]any{"url": f.url("pages.test", "/pdf"), "profile": "pages"}), validRequest: true}).want(t, "pdf", 422, api.CodeUnsupported)
+	c.do(oasCall{method: "POST", route: "/fetch", target: "/fetch", key: keyAgent, body: fetchBody(map[string]any{"url": f.url("pages.test", "/zip"), "profile": "pages"}), validRequest: true}).want(t, "zip", 422, api.CodeUnsupported)
 	c.do(oasCall{method: "POST", route: "/fetch", target: "/fetch", key: keyAgent, body: fetchBody(map[string]any{"url": f.url("pages.test", "/big"), "profile": "pages"}), validRequest: true}).want(t, "over the cap: cut there", 200, "")
 	c.do(oasCall{method: "POST", route: "/fetch", target: "/fetch", key: keyAgent, body: fetchBody(map[string]any{"url": f.url("pages.test", "/hangup"), "profile": "pages"}), validRequest: true}).want(t, "hangup", 502, api.CodeUpstreamError)
 	c.do(oasCall{method: "POST", route: "/fetch", target: "/fetch", body: "{}"}).want(t, "fetch without key", 401, api.CodeAuth)

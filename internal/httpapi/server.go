@@ -83,6 +83,9 @@ type Config struct {
 	// Fetcher fetches for POST /fetch; nil: one with a Checker on Resolver
 	// and Approvals.
 	Fetcher *browse.Fetcher
+	// Browser runs browser sandboxes for POST /fetch (render: true, PDFs);
+	// a nil Runner refuses them (503).
+	Browser fetchflow.BrowserConfig
 	// Captures stores the captures of execs, fetches and transfers.
 	Captures capture.Store
 	// FleetKey signs and checks session requests replicas forward to each
@@ -195,7 +198,7 @@ func New(cfg Config) (*Server, error) {
 		fetcher = &browse.Fetcher{Checker: &egress.Checker{Resolver: cfg.Resolver, Approvals: s.approvals}, Log: cfg.Log, UserAgent: "sandboxd/" + cfg.Version}
 	}
 	s.self = fetcher.Checker.Self
-	s.fetches, err = fetchflow.New(fetchflow.Config{Plane: s.plane, Fetcher: fetcher, Captures: cfg.Captures, Profiles: s.profilesP, Redactors: redactors, Secrets: cfg.Secrets, Runs: s.flow, Log: cfg.Log})
+	s.fetches, err = fetchflow.New(fetchflow.Config{Plane: s.plane, Fetcher: fetcher, Captures: cfg.Captures, Profiles: s.profilesP, Redactors: redactors, Secrets: cfg.Secrets, Runs: s.flow, Log: cfg.Log, Browser: cfg.Browser})
 	if err != nil {
 		return nil, err
 	}

@@ -106,12 +106,16 @@ def exec_body(
 
 
 def fetch_body(url: str, *, profile: str | None, format: str | None, max_bytes: int | None,
-               selector: str | None, links: str | None) -> dict[str, Any]:
+               selector: str | None, links: str | None, content: str | None = None,
+               render: bool | None = None) -> dict[str, Any]:
     """The body of ``POST /fetch``."""
     body: dict[str, Any] = {"url": url}
-    for name, v in (("profile", profile), ("format", format), ("max_bytes", max_bytes), ("selector", selector), ("links", links)):
+    for name, v in (("profile", profile), ("format", format), ("max_bytes", max_bytes), ("selector", selector), ("links", links),
+                    ("content", content)):
         if v is not None and v != "":
             body[name] = v
+    if render is not None:
+        body["render"] = bool(render)
     return body
 
 

@@ -245,6 +245,8 @@ class AsyncClient:
         max_bytes: int | None = None,
         selector: str | None = None,
         links: str | None = None,
+        content: str | None = None,
+        render: bool | None = None,
         run_id: Any = None,
         step: Any = None,
         idempotency_key: str | None = None,
@@ -252,7 +254,8 @@ class AsyncClient:
         timeout: float | None = None,
     ) -> FetchResult:
         """As :meth:`sandboxd.Client.fetch`."""
-        body = fetch_body(url, profile=profile, format=format, max_bytes=max_bytes, selector=selector, links=links)
+        body = fetch_body(url, profile=profile, format=format, max_bytes=max_bytes, selector=selector, links=links,
+                          content=content, render=render)
         return await self._drive(self._core.op_fetch(body, run_id=run_id, step=step, idempotency_key=idempotency_key,
                                                      agent_session=agent_session, timeout=timeout))
 

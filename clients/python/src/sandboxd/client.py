@@ -290,6 +290,8 @@ class Client:
         max_bytes: int | None = None,
         selector: str | None = None,
         links: str | None = None,
+        content: str | None = None,
+        render: bool | None = None,
         run_id: Any = None,
         step: Any = None,
         idempotency_key: str | None = None,
@@ -305,12 +307,17 @@ class Client:
             max_bytes: read at most this many bytes (then ``truncated``).
             selector: a CSS selector: keep only the matching elements.
             links: ``"none"``, ``"text"`` (default) or ``"full"``.
+            content: ``"full"`` (default) or ``"main"`` (the main content only).
+            render: ``True`` loads the page in a sandboxed headless browser
+                (pages whose text their script writes); ``False`` never;
+                ``None``: the egress profile decides.
             run_id, step, idempotency_key, agent_session, timeout: as for
                 :meth:`run`.
 
         The content is untrusted: see :class:`FetchResult`.
         """
-        body = fetch_body(url, profile=profile, format=format, max_bytes=max_bytes, selector=selector, links=links)
+        body = fetch_body(url, profile=profile, format=format, max_bytes=max_bytes, selector=selector, links=links,
+                          content=content, render=render)
         return self._drive(self._core.op_fetch(body, run_id=run_id, step=step, idempotency_key=idempotency_key,
                                                agent_session=agent_session, timeout=timeout))
 
