@@ -57,7 +57,7 @@ func TestProfilesCheckReportsEveryProblem(t *testing.T) {
 		f("exec/small.yaml") + `:2:1: unknown key "imgae"; did you mean image? (allowed keys: name, description, image, runtime, user, seccomp, egress, isolation, cell, limits, files, max_code_bytes, max_stdin_bytes, nofile, file_size_mb, shm_mb, preload, redact, secrets, capture_retention_days, session_idle_timeout_s, session_max_lifetime_s)`,
 		f("exec/small.yaml") + `:5:14: limits.memory_mb must be a whole number, got the string "1GB"; allowed is 16 to 65536 MiB; write the number of MiB: 1024 for 1 GiB`,
 		f("egress/draft.yaml") + `:4:5: unknown key "port" in allow[0]; did you mean ports? (allowed keys: name, hosts, ports, methods)`,
-		f("egress/draft.yaml") + `:5:1: unknown key "alow_cidrs"; did you mean allow_cidrs? (allowed keys: name, description, mode, allow, deny, allow_cidrs, max_response_bytes, max_request_bytes, connect_timeout, total_timeout, requests_per_minute, redact, capture_retention_days)`,
+		f("egress/draft.yaml") + `:5:1: unknown key "alow_cidrs"; did you mean allow_cidrs? (allowed keys: name, description, mode, allow, deny, allow_cidrs, max_response_bytes, max_request_bytes, connect_timeout, total_timeout, requests_per_minute, redact, capture_retention_days, render)`,
 		f("egress/draft.yaml") + `:6:21: max_response_bytes must be a whole number, got the string "10MB"; allowed is 1 to 1073741824 bytes (1 GiB); write the number of bytes: 10000000 for 10 MB, 10485760 for 10 MiB`,
 		f("egress/draft.yaml") + `:7:18: connect_timeout must be a duration such as 5s, 500ms or 2m, got the number 5; allowed is 100ms to 1m; durations need a unit, as in 5s or 5ms`,
 		f("egress/tabbed.yaml") + `:4:1: tabs are not allowed for indentation in YAML; use spaces`,

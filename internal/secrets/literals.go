@@ -142,27 +142,41 @@ func (l *Literals) Contains(s []byte) bool {
 
 func marker(typ string) string { return "[REDACTED:" + typ + "]" }
 
-// Rules returns the literals as redact rules (each a case-sensitive
-// literal), so that the redactor of runs' output and of the log knows
-// every value. A long literal is cut into pieces of 32 to 64 bytes, each a
-// rule of its own (a rule's keyword is at most redact.MaxKeywordLen bytes):
-// together they redact the whole value, and no piece is short enough to
-// match by chance.
+// Rules returns the literals as redact rules, so that the redactor of
+// runs' output and of the log knows every value: each literal is one
+// case-sensitive rule whose keyword is its first bytes (a rule's keyword
+// is at most redact.MaxKeywordLen) and whose expression is the whole
+// value. A value longer than maxWholeLiteral is also cut into pieces of
+// 32 to 64 bytes, each a rule of its own, so that any part of it that
+// reaches an output (a cut, a split) is redacted too.
 func (l *Literals) Rules() []redact.Rule {
 	if l.Empty() {
 		return nil
 	}
 	var out []redact.Rule
+	seen := map[string]bool{}
+	add := func(typ, kw, re string) {
+		if strings.TrimSpace(kw) == "" || seen[typ+"\x00"+re] {
+			return
+		}
+		seen[typ+"\x00"+re] = true
+		out = append(out, redact.Rule{Type: typ, Keywords: []string{kw}, Regex: re, CaseSensitive: true})
+	}
 	for _, x := range l.lits {
-		for _, piece := range pieces(x.text, redact.MaxKeywordLen) {
-			if strings.TrimSpace(piece) == "" {
-				continue
+		kw := x.text[:min(len(x.text), redact.MaxKeywordLen)]
+		add(x.typ, kw, regexp.QuoteMeta(x.text))
+		if len(x.text) > maxWholeLiteral {
+			for _, piece := range pieces(x.text, redact.MaxKeywordLen) {
+				add(x.typ, piece, regexp.QuoteMeta(piece))
 			}
-			out = append(out, redact.Rule{Type: x.typ, Keywords: []string{piece}, Regex: regexp.QuoteMeta(piece), CaseSensitive: true})
 		}
 	}
 	return out
 }
+
+// maxWholeLiteral is the longest value redacted by one rule: the
+// streaming redactor holds back at most about this much text.
+const maxWholeLiteral = 4096
 
 // pieces cuts s into n pieces of equal length (to a byte), each at most
 // size bytes.
