@@ -169,10 +169,10 @@ func TestFetch(t *testing.T) {
 		!strings.Contains(res.Content, `nonce="`+res.Nonce+`"`) || strings.Contains(res.Content, "Ignore previous") {
 		t.Fatalf("fetch: %+v", res)
 	}
-	_, err = c.Fetch(ctx(t), &api.FetchRequest{URL: s.PageURL("/pdf"), Profile: "pages"})
+	_, err = c.Fetch(ctx(t), &api.FetchRequest{URL: s.PageURL("/zip"), Profile: "pages"})
 	e, ok := client.AsError(err)
-	if !ok || e.Code != api.CodeUnsupported || e.ContentType != "application/pdf" || e.Size == nil {
-		t.Fatalf("pdf: %#v", err)
+	if !ok || e.Code != api.CodeUnsupported || e.ContentType != "application/zip" || e.Size == nil {
+		t.Fatalf("zip: %#v", err)
 	}
 	_, err = c.Fetch(ctx(t), &api.FetchRequest{URL: "http://10.0.0.1/", Profile: "pages"})
 	if !client.IsCode(err, api.CodeEgressDenied) || client.StatusOf(err) != 403 {

@@ -46,7 +46,9 @@ type fetchEnv struct {
 
 // Fake secrets, built by concatenation so scanners do not flag this file.
 var (
-	e2eToken = "ghp_" + strings.Repeat("Zq8Xw3", 6)
+	// A token as random as a real one (a periodic made-up one is a
+	// placeholder to the redactor, as to gitleaks).
+	e2eToken = "ghp_" + "Zq8Xw3pL5mN7" + "kR2tV9bY4cH6" + "jD1fG0sA2eWu"
 	e2eAWS   = "AKIA" + "QYLPMN5HKRW7TXZ4"
 )
 

@@ -151,6 +151,10 @@ func New(t testing.TB, opts *Options) *Server {
 		w.Header().Set("Content-Type", "application/pdf")
 		w.Write(make([]byte, 64))
 	})
+	mux.HandleFunc("/zip", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/zip")
+		w.Write(make([]byte, 64))
+	})
 	s.Upstream = httptest.NewServer(mux)
 	t.Cleanup(s.Upstream.Close)
 	_, portS, _ := net.SplitHostPort(s.Upstream.Listener.Addr().String())
