@@ -5,6 +5,7 @@ package runner
 import (
 	"bytes"
 	"context"
+	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -12,6 +13,9 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"os"
+	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"sync"
@@ -179,11 +183,60 @@ func newRunner(log *slog.Logger, instance string, ctr containerEngine, clk clock
 	return &Runner{ctr: ctr, clock: clk, log: log, instance: instance, images: newImageCache(), quiet: newQuiet(clk)}
 }
 
-// InstanceID derives a stable instance name from a data directory, so a
-// restarted sandboxd recognises the containers its predecessor left.
+// instanceFile holds a data dir's instance id.
+const instanceFile = "instance-id"
+
+// InstanceID returns the instance id of the sandboxd serving dataDir, which
+// labels every container it makes (LabelInstance): the id stored in the
+// data dir's instance-id file, made and stored the first time. A new id is
+// random, so two sandboxd on one engine never share one, even with data
+// dirs at the same path in two containers; a data dir an earlier sandboxd
+// served without the file (its databases are there) keeps the id it had,
+// the hash of its path, so that its containers stay its own. When the file
+// cannot be written the id is the path's hash.
 func InstanceID(dataDir string) string {
+	path := filepath.Join(dataDir, instanceFile)
+	if b, err := os.ReadFile(path); err == nil {
+		if id := strings.TrimSpace(string(b)); instancePattern.MatchString(id) {
+			return id
+		}
+	}
 	h := sha256.Sum256([]byte(dataDir))
-	return hex.EncodeToString(h[:6])
+	legacy := hex.EncodeToString(h[:6])
+	id := legacy
+	if !servedBefore(dataDir) {
+		var b [6]byte
+		_, _ = rand.Read(b[:])
+		id = hex.EncodeToString(b[:])
+	}
+	if err := os.MkdirAll(dataDir, 0o700); err != nil {
+		return legacy
+	}
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	if err != nil {
+		if b, rerr := os.ReadFile(path); rerr == nil && instancePattern.MatchString(strings.TrimSpace(string(b))) {
+			return strings.TrimSpace(string(b)) // made meanwhile by another caller
+		}
+		return legacy
+	}
+	_, werr := f.WriteString(id + "\n")
+	if cerr := f.Close(); werr != nil || cerr != nil {
+		return legacy
+	}
+	return id
+}
+
+var instancePattern = regexp.MustCompile(`^[0-9a-f]{12}$`)
+
+// servedBefore reports whether an earlier sandboxd served dataDir (its
+// store or audit log is there).
+func servedBefore(dataDir string) bool {
+	for _, f := range []string{"sandboxd.db", "audit.db"} {
+		if _, err := os.Stat(filepath.Join(dataDir, f)); err == nil {
+			return true
+		}
+	}
+	return false
 }
 
 // Ping checks that the engine answers.

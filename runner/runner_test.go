@@ -3,11 +3,14 @@ package runner
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"io"
 	"log/slog"
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -380,4 +383,41 @@ func TestReapRemovesOnlyUnownedContainers(t *testing.T) {
 	}
 	owned.hj.Close()
 	r.removeLater(owned.id)
+}
+
+// A data dir's instance id is stored and kept; a new dir's is random (two
+// dirs at one path in two containers differ); an old one's stays its
+// path's hash.
+func TestInstanceID(t *testing.T) {
+	dir := t.TempDir()
+	a := InstanceID(dir)
+	if !instancePattern.MatchString(a) || InstanceID(dir) != a {
+		t.Fatalf("instance id %q not stable", a)
+	}
+	if b, _ := os.ReadFile(filepath.Join(dir, instanceFile)); strings.TrimSpace(string(b)) != a {
+		t.Fatalf("stored %q, want %q", b, a)
+	}
+	other := t.TempDir()
+	if err := os.Remove(other); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(dir, other); err != nil {
+		t.Fatal(err)
+	}
+	if InstanceID(other) != a {
+		t.Error("the id moved with the dir's path")
+	}
+	fresh := t.TempDir()
+	h := sha256.Sum256([]byte(fresh))
+	if InstanceID(fresh) == hex.EncodeToString(h[:6]) {
+		t.Error("a new dir's id is its path's hash, shared with any dir at the same path")
+	}
+	old := t.TempDir()
+	if err := os.WriteFile(filepath.Join(old, "sandboxd.db"), nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	h = sha256.Sum256([]byte(old))
+	if got := InstanceID(old); got != hex.EncodeToString(h[:6]) {
+		t.Errorf("a dir an earlier sandboxd served got %q, want its old id", got)
+	}
 }
