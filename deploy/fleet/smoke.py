@@ -1,0 +1,159 @@
+#!/usr/bin/env python3
+"""Smoke test of the development fleet, through its balancer.
+
+Run by `make fleet-test` between `make fleet` and `make fleet-down
+--strict`; on its own against a running fleet:
+
+    python3 deploy/fleet/smoke.py
+
+Checks, with the keys of deploy/fleet/.secrets/keys.env:
+  - execs through http://127.0.0.1:8088 run, and their answers name every
+    replica in X-Sandboxd-Replica (round robin);
+  - a session keeps its state over calls that reach every replica: the
+    calls that reach another replica are forwarded to the session's
+    (X-Sandboxd-Forwarded-By), and its answers all name the owner;
+  - the captures of those execs are listed and their bodies read back from
+    the S3 server (admin key);
+  - the audit log holds records of all three replicas, and its one chain
+    verifies: `sandboxd audit verify --state` in a replica container,
+    against the fleet's PostgreSQL.
+
+Python's standard library only. Exit status 0 when every check passed.
+"""
+
+import json
+import os
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+URL = "http://127.0.0.1:" + os.environ.get("FLEET_PORT", "8088")
+REPLICAS = {"r1", "r2", "r3"}
+
+
+def read_keys():
+    path = os.path.join(HERE, ".secrets", "keys.env")
+    keys = {}
+    with open(path) as f:
+        for line in f:
+            if "=" in line and not line.startswith("#"):
+                k, v = line.strip().split("=", 1)
+                keys[k] = v
+    return keys["SANDBOXD_ADMIN_KEY"], keys["SANDBOXD_AGENT_KEY"]
+
+
+class Answer:
+    def __init__(self, status, headers, body):
+        self.status, self.headers, self.raw = status, headers, body
+
+    def json(self):
+        return json.loads(self.raw)
+
+    @property
+    def replica(self):
+        return self.headers.get("X-Sandboxd-Replica", "")
+
+
+def call(method, path, key, body=None, want=(200,)):
+    """One request; waits out 429 BUSY (Retry-After). Fails on another status."""
+    data = json.dumps(body).encode() if body is not None else None
+    for _ in range(30):
+        req = urllib.request.Request(URL + path, data=data, method=method)
+        req.add_header("Authorization", "Bearer " + key)
+        if data is not None:
+            req.add_header("Content-Type", "application/json")
+        try:
+            with urllib.request.urlopen(req, timeout=120) as r:
+                a = Answer(r.status, r.headers, r.read())
+        except urllib.error.HTTPError as e:
+            a = Answer(e.code, e.headers, e.read())
+        if a.status == 429:
+            time.sleep(float(a.headers.get("Retry-After", "1")))
+            continue
+        if a.status not in want:
+            fail(f"{method} {path}: {a.status} from {a.replica or '?'}: {a.raw[:500]!r}")
+        return a
+    fail(f"{method} {path}: still 429 after 30 tries")
+
+
+def fail(msg):
+    print("FAIL: " + msg, file=sys.stderr)
+    sys.exit(1)
+
+
+def ok(msg):
+    print("ok    " + msg, flush=True)
+
+
+def main():
+    admin, agent = read_keys()
+    start = time.monotonic()
+
+    with urllib.request.urlopen(URL + "/healthz", timeout=10) as r:
+        if r.status != 200:
+            fail(f"/healthz: {r.status}")
+    ok(f"{URL}/healthz answers")
+
+    # Execs, spread over the replicas.
+    seen = []
+    for i in range(9):
+        a = call("POST", "/exec", agent, {"language": "python", "code": f"print({i} * 7)"})
+        ans = a.json()
+        if ans.get("status") != "ok" or ans.get("stdout") != f"{i * 7}\n":
+            fail(f"exec {i}: {ans}")
+        seen.append(a.replica)
+    if set(seen) != REPLICAS:
+        fail(f"9 execs were answered by {seen}, not by all of {sorted(REPLICAS)}")
+    ok(f"9 execs ran; X-Sandboxd-Replica: {' '.join(seen)}")
+
+    # A session: its state stays, wherever the calls land.
+    a = call("POST", "/sessions", agent, {"profile": "default", "idle_timeout_s": 120}, want=(201,))
+    sid, owner = a.json()["id"], a.replica
+    forwarded_by = []
+    for n in range(1, 7):
+        a = call("POST", f"/sessions/{sid}/exec", agent, {"code": "n = globals().get('n', 0) + 1\nn"})
+        ans = a.json()
+        got = [r.get("text") for r in ans.get("results", [])]
+        if ans.get("status") != "ok" or got != [str(n)] or ans.get("state_lost"):
+            fail(f"session call {n}: {ans}")
+        if a.replica != owner:
+            fail(f"session call {n} answered by {a.replica}, the session lives on {owner}")
+        forwarded_by.append(a.headers.get("X-Sandboxd-Forwarded-By") or "-")
+    if all(f == "-" for f in forwarded_by):
+        fail(f"no session call was forwarded (all reached {owner})")
+    a = call("DELETE", f"/sessions/{sid}", agent)
+    if a.json().get("state") != "ended":
+        fail(f"DELETE /sessions/{sid}: {a.json()}")
+    ok(f"session {sid} on {owner}: 6 calls kept its state; forwarded by: {' '.join(forwarded_by)}")
+
+    # Captures: metadata in PostgreSQL, bodies in the bucket.
+    caps = call("GET", "/captures?tenant=dev&kind=exec&limit=20", admin).json()["captures"]
+    if len(caps) < 9:
+        fail(f"{len(caps)} exec captures listed, want at least 9")
+    raw = call("GET", f"/captures/{caps[0]['id']}/raw", admin)
+    if not raw.raw:
+        fail(f"capture {caps[0]['id']}: empty body")
+    ok(f"{len(caps)} exec captures listed; {caps[0]['id']}'s body read back ({len(raw.raw)} bytes)")
+
+    # The audit log: one chain, written by all three replicas.
+    recs = call("GET", "/audit?tenant=dev&limit=100", admin).json()["records"]
+    writers = {r.get("replica") for r in recs}
+    if not REPLICAS <= writers:
+        fail(f"audit records written by {sorted(w for w in writers if w)}, want all of {sorted(REPLICAS)}")
+    ok(f"{len(recs)} audit records of tenant dev, written by {', '.join(sorted(w for w in writers if w))}")
+    verify = subprocess.run(
+        ["bash", os.path.join(HERE, "fleet.sh"), "compose", "exec", "-T", "r1",
+         "sh", "-c", 'exec sandboxd audit verify --state "$SANDBOXD_STATE"'],
+        capture_output=True, text=True, timeout=120)
+    if verify.returncode != 0:
+        fail(f"sandboxd audit verify: exit {verify.returncode}\n{verify.stdout}{verify.stderr}")
+    ok("sandboxd audit verify --state (in r1): " + (verify.stdout + verify.stderr).strip().replace("\n", " | "))
+
+    print(f"PASS  ({time.monotonic() - start:.1f} s)")
+
+
+if __name__ == "__main__":
+    main()
