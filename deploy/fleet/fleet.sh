@@ -11,6 +11,8 @@
 #                    something behind (make fleet-test)
 #   fleet.sh compose ARGS    docker-compose ARGS on the fleet's project, e.g.
 #                    ps, logs -f r1, exec r1 sh
+#   fleet.sh lb CMD  a command to HAProxy's runtime API, e.g.
+#                    'show servers state replicas', 'set server replicas/r2 state maint'
 #
 # Secrets, made once in .secrets/ (mode 0700; git-ignored) and kept across
 # down and up (delete the directory for new ones, after `make fleet-down`):
@@ -56,9 +58,8 @@ compose() {
 
 rand_hex() { od -An -N"$1" -tx1 /dev/urandom | tr -d ' \n'; }
 
-# write FILE MODE: stdin into FILE, created with MODE, only if it is missing.
+# write FILE MODE: stdin into a new FILE with MODE.
 write() {
-	[[ -e "$1" ]] && return 0
 	(umask 077 && cat >"$1.tmp")
 	chmod "$2" "$1.tmp"
 	mv "$1.tmp" "$1"
@@ -101,9 +102,10 @@ make_secrets() {
 			    roles: [agent]
 		EOF
 	fi
-	rand_hex 32 | write "$secrets/fleet.key" 0644
-	rand_hex 24 | write "$secrets/postgres-password" 0644
-	printf '*:*:sandboxd:sandboxd:%s\n' "$(cat "$secrets/postgres-password")" | write "$secrets/pgpass" 0644
+	[[ -e "$secrets/fleet.key" ]] || rand_hex 32 | write "$secrets/fleet.key" 0644
+	[[ -e "$secrets/postgres-password" ]] || rand_hex 24 | write "$secrets/postgres-password" 0644
+	[[ -e "$secrets/pgpass" ]] ||
+		printf '*:*:sandboxd:sandboxd:%s\n' "$(cat "$secrets/postgres-password")" | write "$secrets/pgpass" 0644
 	if [[ ! -e "$secrets/s3.env" ]]; then
 		rm -f "$secrets/s3.json"
 		write "$secrets/s3.env" 0600 <<-EOF
@@ -167,6 +169,13 @@ up() {
 	echo "Stop it with: make fleet-down"
 }
 
+# lb CMD: CMD to HAProxy's runtime API (its stats socket listens on the
+# haproxy container's loopback, port 9999; the image has bash, not socat).
+lb() {
+	# shellcheck disable=SC2016 # expanded by the container's bash
+	compose exec -T haproxy bash -c 'exec 3<>/dev/tcp/127.0.0.1/9999 && printf "%s\n" "$1" >&3 && cat <&3' lb "$1"
+}
+
 # list KIND FILTER: the ids of the containers (all), networks or volumes
 # that match FILTER.
 list() {
@@ -220,5 +229,6 @@ case "${1:-}" in
 	up) up ;;
 	down) down "${2:-}" ;;
 	compose) shift; compose "$@" ;;
-	*) echo "usage: $0 up | down [--strict] | compose ARGS..." >&2; exit 2 ;;
+	lb) shift; lb "$*" ;;
+	*) echo "usage: $0 up | down [--strict] | compose ARGS... | lb CMD" >&2; exit 2 ;;
 esac

@@ -16,7 +16,12 @@ Checks, with the keys of deploy/fleet/.secrets/keys.env:
     the S3 server (admin key);
   - the audit log holds records of all three replicas, and its one chain
     verifies: `sandboxd audit verify --state` in a replica container,
-    against the fleet's PostgreSQL.
+    against the fleet's PostgreSQL;
+  - draining a replica for an upgrade, as docs/fleet.md describes it, under
+    a steady stream of execs: out of the balancer (HAProxy's runtime API),
+    SIGTERM (docker-compose stop: its session ends with SESSION_ENDED), a
+    new container (docker-compose up --force-recreate), back into the
+    balancer; not one exec of the stream fails.
 
 Python's standard library only. Exit status 0 when every check passed.
 """
@@ -25,6 +30,7 @@ import json
 import os
 import subprocess
 import sys
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -77,6 +83,87 @@ def call(method, path, key, body=None, want=(200,)):
             fail(f"{method} {path}: {a.status} from {a.replica or '?'}: {a.raw[:500]!r}")
         return a
     fail(f"{method} {path}: still 429 after 30 tries")
+
+
+def fleet(*args, timeout=180):
+    """deploy/fleet/fleet.sh ARGS; its output, or a failure."""
+    p = subprocess.run(["bash", os.path.join(HERE, "fleet.sh"), *args],
+                       capture_output=True, text=True, timeout=timeout)
+    if p.returncode != 0:
+        fail(f"fleet.sh {' '.join(args)}: exit {p.returncode}\n{p.stdout}{p.stderr}")
+    return p.stdout + p.stderr
+
+
+def health(replica):
+    p = subprocess.run(["docker", "inspect", "--format", "{{.State.Health.Status}}",
+                        f"sandboxd-fleet_{replica}_1"], capture_output=True, text=True)
+    return p.stdout.strip()
+
+
+def drain(admin, agent, victim="r2"):
+    """Drain victim for an upgrade while execs keep coming."""
+    # A session on the victim, which the drain ends.
+    for _ in range(9):
+        a = call("POST", "/sessions", agent, {"profile": "default"}, want=(201,))
+        if a.replica == victim:
+            sid = a.json()["id"]
+            break
+        call("DELETE", f"/sessions/{a.json()['id']}", agent)
+    else:
+        fail(f"9 sessions started, none on {victim}")
+
+    stop, results = threading.Event(), []
+
+    def stream():
+        i = 0
+        while not stop.is_set():
+            i += 1
+            try:
+                a = call("POST", "/exec", agent, {"language": "python", "code": f"print({i})"},
+                         want=(200, 400, 409, 500, 502, 503, 504))
+            except Exception as e:  # a connection the balancer dropped
+                results.append((time.monotonic(), "?", repr(e), b""))
+                continue
+            ok_ = a.status == 200 and a.json().get("stdout") == f"{i}\n"
+            results.append((time.monotonic(), a.replica, "ok" if ok_ else a.status, a.raw[:200]))
+            time.sleep(0.05)
+
+    t = threading.Thread(target=stream, daemon=True)
+    t.start()
+    time.sleep(2)
+    t0 = time.monotonic()
+    fleet("lb", f"set server replicas/{victim} state maint")
+    time.sleep(1)
+    t_out = time.monotonic()
+    fleet("compose", "stop", victim)  # SIGTERM; waits for the replica to exit
+    t_stopped = time.monotonic()
+    a = call("POST", f"/sessions/{sid}/exec", agent, {"code": "1"}, want=(409,))
+    if a.json()["error"]["code"] != "SESSION_ENDED":
+        fail(f"the drained replica's session: {a.raw!r}")
+    fleet("compose", "up", "-d", "--no-deps", "--force-recreate", victim)
+    for _ in range(120):
+        if health(victim) == "healthy":
+            break
+        time.sleep(0.5)
+    else:
+        fail(f"{victim} is not healthy after its restart")
+    fleet("lb", f"set server replicas/{victim} state ready")
+    t_back = time.monotonic()
+    time.sleep(4)
+    stop.set()
+    t.join(timeout=150)
+
+    bad = [r for r in results if r[2] != "ok"]
+    if bad:
+        fail(f"{len(bad)} of {len(results)} execs failed during the drain: {bad[:3]}")
+    during = {r[1] for r in results if t_out <= r[0] <= t_back}
+    if victim in during:
+        fail(f"{victim} answered while out of the balancer")
+    after = {r[1] for r in results if r[0] > t_back + 2}
+    if victim not in after:
+        fail(f"{victim} answered nothing after it came back ({after})")
+    ok(f"drained {victim}: {len(results)} execs, none failed; out of the balancer "
+       f"{t_back - t0:.1f} s (SIGTERM to exit {t_stopped - t_out:.1f} s); its session ended with SESSION_ENDED; back in rotation")
 
 
 def fail(msg):
@@ -151,6 +238,9 @@ def main():
     if verify.returncode != 0:
         fail(f"sandboxd audit verify: exit {verify.returncode}\n{verify.stdout}{verify.stderr}")
     ok("sandboxd audit verify --state (in r1): " + (verify.stdout + verify.stderr).strip().replace("\n", " | "))
+
+    if os.environ.get("FLEET_SMOKE_DRAIN", "1") != "0":
+        drain(admin, agent)
 
     print(f"PASS  ({time.monotonic() - start:.1f} s)")
 

@@ -50,8 +50,10 @@ if [ ! -s "$PGDATA/PG_VERSION" ]; then
 	} >>"$PGDATA/postgresql.conf"
 	# The role and database, on a server that listens on its socket only.
 	pg_ctl start --pgdata="$PGDATA" --silent --wait -o "-c listen_addresses=''" >/dev/null
+	# psql reads the password from the file itself (not from its arguments).
 	psql -X -q -v ON_ERROR_STOP=1 -h /run/postgresql -U postgres -d postgres \
-		-v user="$POSTGRES_USER" -v db="$POSTGRES_DB" -v pw="$(cat "$POSTGRES_PASSWORD_FILE")" <<'SQL'
+		-v user="$POSTGRES_USER" -v db="$POSTGRES_DB" <<'SQL'
+\set pw `cat "$POSTGRES_PASSWORD_FILE"`
 CREATE ROLE :"user" LOGIN PASSWORD :'pw';
 CREATE DATABASE :"db" OWNER :"user";
 SQL
