@@ -191,7 +191,11 @@ down() {
 	if [[ ! -e "$here/.env" ]]; then
 		log "no .env: the fleet was never started here"
 	else
-		log "stopping the fleet (each replica removes its sandboxes at SIGTERM)"
+		local n=0 r
+		for r in "${replicas[@]}"; do
+			n=$((n + $(list container "label=sandboxd.instance=$(instance "$r")" | wc -l)))
+		done
+		log "stopping the fleet; the replicas remove their $n sandbox container(s) at SIGTERM"
 		compose down --volumes --remove-orphans
 	fi
 	# What must be gone: the project's containers, networks and volumes,
