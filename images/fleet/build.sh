@@ -86,15 +86,6 @@ if [[ "$kind" == s3 ]]; then
 	weed="$WEED"
 fi
 
-# One image build at a time on this machine: the lock images/build.sh takes.
-lock=/tmp/sandboxd-image-build.lock
-if command -v flock >/dev/null 2>&1 && { exec 9>>"$lock"; } 2>/dev/null; then
-	if ! flock -n 9; then
-		log "another image build is running; waiting for it"
-		flock 9
-	fi
-fi
-
 # --- Recipe hashes -----------------------------------------------------------
 rootfs_hash="$(
 	{
@@ -116,9 +107,21 @@ final_hash="$(
 	} | sha256sum | cut -d' ' -f1
 )"
 
-if [[ -z "$FORCE" && "$(image_label "$IMAGE" sandboxd.recipe)" == "$final_hash" ]]; then
+up_to_date() {
+	[[ -z "$FORCE" && "$(image_label "$IMAGE" sandboxd.recipe)" == "$final_hash" ]] || return 1
 	log "$IMAGE is up to date (recipe ${final_hash:0:12}); nothing to do"
-	exit 0
+}
+up_to_date && exit 0
+
+# One image build at a time on this machine: the lock images/build.sh
+# takes. A build that waited checks again: the image may be built now.
+lock=/tmp/sandboxd-image-build.lock
+if command -v flock >/dev/null 2>&1 && { exec 9>>"$lock"; } 2>/dev/null; then
+	if ! flock -n 9; then
+		log "another image build is running; waiting for it"
+		flock 9
+		up_to_date && exit 0
+	fi
 fi
 
 # --- Rootfs ------------------------------------------------------------------
