@@ -11,6 +11,13 @@
 #                 sandboxd; needs the images (make image)
 #   make lint     gofmt, go vet and staticcheck
 #   make docker   service image sandboxd/sandboxd:dev (top-level Dockerfile)
+#   make fleet    a development fleet on this machine: PostgreSQL, S3, three
+#                 replicas and HAProxy on 127.0.0.1:8088 (deploy/fleet/,
+#                 docs/fleet.md); prints its keys the first time
+#   make fleet-down  stop it and remove its containers, networks, volumes
+#                 and sandboxes
+#   make fleet-test  make fleet, a smoke test through the balancer, then
+#                 make fleet-down with a check that nothing is left
 #   make gvisor   install gVisor (runsc) and register it with the engine, for
 #                 profiles with runtime: runsc (see scripts/gvisor.sh)
 #   make bench    latency and throughput benchmark -> bench/RESULTS.md
@@ -54,7 +61,7 @@ LAUNCHER_LDFLAGS := -s -w -buildid=
 # The classic builder is what works without the buildx plugin (engine 20.10).
 DOCKER_BUILDKIT ?= $(shell docker buildx version >/dev/null 2>&1 && echo 1 || echo 0)
 
-.PHONY: all help image launcher browser-driver build sandboxd cgo-deps fleet-deps s3-test-server test-deps python-deps run test test-python vet lint docker gvisor clean fmt-check bench soak
+.PHONY: all help image launcher browser-driver build sandboxd cgo-deps fleet-deps s3-test-server test-deps python-deps run test test-python vet lint docker gvisor clean fmt-check bench soak fleet-images fleet fleet-down fleet-test
 
 all: build
 
@@ -183,6 +190,31 @@ python-deps:
 # registry) and copied in; the local base needs `make image` first.
 docker: sandboxd $(if $(filter $(BASE_REPO):%,$(BASE)),image)
 	DOCKER_BUILDKIT=$(DOCKER_BUILDKIT) docker build --build-arg BASE='$(BASE)' -t '$(DOCKER_IMAGE)' -f Dockerfile .
+
+# The development fleet (deploy/fleet/docker-compose.yml, Debian's
+# docker-compose). Its images are built here from Debian's packages and
+# host-built binaries, no registry: the service image (make docker), and
+# PostgreSQL, the S3 server (SeaweedFS's weed from internal/s3test) and
+# HAProxy by images/fleet/build.sh, one at a time, each skipped when its
+# recipe is unchanged. The replicas run their sandboxes on this engine, so
+# the sandbox images (make image, through make docker) must exist.
+fleet-images: docker
+	FORCE='$(FORCE)' bash images/fleet/build.sh postgres
+	FORCE='$(FORCE)' GO='$(GO)' bash images/fleet/build.sh s3
+	FORCE='$(FORCE)' bash images/fleet/build.sh haproxy
+
+fleet: fleet-images
+	bash deploy/fleet/fleet.sh up
+
+fleet-down:
+	bash deploy/fleet/fleet.sh down
+
+# Not part of make test: minutes on a fresh machine (image builds). Ends
+# with the fleet stopped, whatever the smoke test found, and fails when
+# the replicas left a container, network or volume behind.
+fleet-test: fleet-images
+	@rc=0; { bash deploy/fleet/fleet.sh up && $(PYTHON) deploy/fleet/smoke.py; } || rc=1; \
+	bash deploy/fleet/fleet.sh down --strict || rc=1; exit $$rc
 
 fmt-check:
 	@out="$$(find . -name '*.go' -not -path './.git/*' -not -path './bin/*' -not -path './data/*' -exec gofmt -l {} +)"; \
