@@ -51,6 +51,11 @@ func standing(ctx context.Context, q querier, profile, host string, now time.Tim
 		` ORDER BY last_seen DESC LIMIT 1`, profile, host, ms(now)))
 }
 
+// StandingApproval implements Store.
+func (c common) StandingApproval(ctx context.Context, profile, host string, now time.Time) (*Approval, error) {
+	return standing(ctx, c.q, profile, host, now)
+}
+
 // checkApproval refuses a request without what FileApproval needs.
 func checkApproval(a *Approval) error {
 	if a.ID == "" || a.Profile == "" || a.Host == "" {
@@ -92,11 +97,13 @@ func fileApproval(ctx context.Context, tx querier, a *Approval, now time.Time) (
 	return &r, true, nil
 }
 
-func getApproval(ctx context.Context, q querier, id string) (*Approval, error) {
-	return scanApproval(q.queryRow(ctx, `SELECT `+approvalCols+` FROM approvals WHERE id = ?`, id))
+// GetApproval implements Store.
+func (c common) GetApproval(ctx context.Context, id string) (*Approval, error) {
+	return scanApproval(c.q.queryRow(ctx, `SELECT `+approvalCols+` FROM approvals WHERE id = ?`, id))
 }
 
-func listApprovals(ctx context.Context, q querier, f ApprovalFilter, now time.Time) ([]*Approval, error) {
+// ListApprovals implements Store.
+func (c common) ListApprovals(ctx context.Context, f ApprovalFilter, now time.Time) ([]*Approval, error) {
 	stmt := `SELECT ` + approvalCols + ` FROM approvals WHERE 1 = 1`
 	var args []any
 	switch f.Status {
@@ -128,7 +135,7 @@ func listApprovals(ctx context.Context, q querier, f ApprovalFilter, now time.Ti
 	stmt += ` ORDER BY last_seen DESC, id LIMIT ?`
 	args = append(args, limit)
 	out := []*Approval{}
-	err := q.each(ctx, stmt, args, func(r row) error {
+	err := c.q.each(ctx, stmt, args, func(r row) error {
 		a, err := scanApproval(r)
 		if err != nil {
 			return err
@@ -205,21 +212,6 @@ func (s *SQLite) FileApproval(ctx context.Context, a *Approval, now time.Time) (
 		return nil, false, err
 	}
 	return rec, created, nil
-}
-
-// StandingApproval implements Store.
-func (s *SQLite) StandingApproval(ctx context.Context, profile, host string, now time.Time) (*Approval, error) {
-	return standing(ctx, s.q(), profile, host, now)
-}
-
-// GetApproval implements Store.
-func (s *SQLite) GetApproval(ctx context.Context, id string) (*Approval, error) {
-	return getApproval(ctx, s.q(), id)
-}
-
-// ListApprovals implements Store.
-func (s *SQLite) ListApprovals(ctx context.Context, f ApprovalFilter, now time.Time) ([]*Approval, error) {
-	return listApprovals(ctx, s.q(), f, now)
 }
 
 // DecideApproval implements Store.

@@ -131,6 +131,7 @@ var pgSteps = []string{
 // across replicas (a claimed key, a budget's hold, a token taken, an
 // approval filed) is decided inside the database.
 type Postgres struct {
+	common
 	pool *pgxpool.Pool
 	// relaxed commits without waiting for the WAL flush
 	// (pgdb.OpenRelaxed). The per-exec writes go through it: idempotency
@@ -169,7 +170,7 @@ func OpenPostgres(ctx context.Context, dsn string) (*Postgres, error) {
 		pool.Close()
 		return nil, err
 	}
-	return &Postgres{pool: pool, relaxed: relaxed, DeadAfter: DefaultDeadAfter}, nil
+	return &Postgres{common: common{q: pgQ{pool}, perExec: pgQ{relaxed}}, pool: pool, relaxed: relaxed, DeadAfter: DefaultDeadAfter}, nil
 }
 
 // Pool is the connection pool, for the other PostgreSQL-backed parts of
@@ -185,9 +186,6 @@ func (s *Postgres) Close() error {
 
 // Ping checks that the database answers.
 func (s *Postgres) Ping(ctx context.Context) error { return s.pool.Ping(ctx) }
-
-// q runs the statements both stores share (querier) on the pool.
-func (s *Postgres) q() querier { return pgQ{s.pool} }
 
 func pgNotFound(err error) error {
 	if errors.Is(err, pgx.ErrNoRows) {
@@ -230,22 +228,6 @@ func (s *Postgres) ClaimIdempotency(ctx context.Context, rec *IdemRecord) (*Idem
 	return nil, false, errors.New("store: an idempotency key kept changing while it was claimed")
 }
 
-// CompleteIdempotency implements Store.
-func (s *Postgres) CompleteIdempotency(ctx context.Context, tenant, key string, status int, body []byte) error {
-	// Per-exec writes commit relaxed (see Postgres.relaxed).
-	return completeIdempotency(ctx, pgQ{s.relaxed}, tenant, key, status, body)
-}
-
-// ReleaseIdempotency implements Store.
-func (s *Postgres) ReleaseIdempotency(ctx context.Context, tenant, key, owner string) error {
-	return releaseIdempotency(ctx, pgQ{s.relaxed}, tenant, key, owner)
-}
-
-// GetIdempotency implements Store.
-func (s *Postgres) GetIdempotency(ctx context.Context, tenant, key string) (*IdemRecord, error) {
-	return getIdempotency(ctx, s.q(), tenant, key)
-}
-
 // PutExec implements Store.
 func (s *Postgres) PutExec(ctx context.Context, r *ExecRecord) error {
 	now := time.Now()
@@ -260,16 +242,6 @@ func (s *Postgres) PutExec(ctx context.Context, r *ExecRecord) error {
 			updated_at = excluded.updated_at, expires_at = excluded.expires_at`,
 		r.ID, r.Tenant, r.KeyID, r.Session, r.State, r.Owner, r.Body, ms(r.CreatedAt), ms(r.UpdatedAt), ms(r.ExpiresAt))
 	return err
-}
-
-// GetExec implements Store.
-func (s *Postgres) GetExec(ctx context.Context, id string) (*ExecRecord, error) {
-	return getExec(ctx, s.q(), id)
-}
-
-// Usage implements Store.
-func (s *Postgres) Usage(ctx context.Context, scope, tenant, name string) (Usage, error) {
-	return usage(ctx, s.q(), scope, tenant, name)
 }
 
 const addUsageSQL = `INSERT INTO usage (scope, tenant, name, execs, cpu_ms, wall_ms, fetch_bytes, updated_at)
@@ -295,16 +267,6 @@ func addUsage(ctx context.Context, tx pgx.Tx, deltas []UsageDelta) error {
 		}
 	}
 	return nil
-}
-
-// Setting implements Store.
-func (s *Postgres) Setting(ctx context.Context, name string) (string, bool, error) {
-	return setting(ctx, s.q(), name)
-}
-
-// SetSetting implements Store.
-func (s *Postgres) SetSetting(ctx context.Context, name, value string) error {
-	return setSetting(ctx, s.q(), name, value)
 }
 
 // liveOwners is the condition "owner is a member seen within DeadAfter"
@@ -354,7 +316,7 @@ func (s *Postgres) Recover(ctx context.Context, owner string) (RecoverStats, err
 // streaks, ended sessions' entries and members not seen since
 // usageBefore.
 func (s *Postgres) Purge(ctx context.Context, now, usageBefore time.Time) (int64, error) {
-	return purge(ctx, s.q(), append(purgeStmts(now, usageBefore),
+	return s.purge(ctx, append(purgeStmts(now, usageBefore),
 		purgeStmt{`DELETE FROM loop_streaks WHERE seen_ms < ?`, ms(usageBefore)},
 		purgeStmt{`DELETE FROM sessions WHERE state = 'ended' AND updated_at < ?`, ms(usageBefore)},
 		purgeStmt{`DELETE FROM members WHERE seen_at < ?`, ms(usageBefore)},

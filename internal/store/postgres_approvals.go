@@ -31,21 +31,6 @@ func (s *Postgres) FileApproval(ctx context.Context, a *Approval, now time.Time)
 	return rec, created, nil
 }
 
-// StandingApproval implements Store.
-func (s *Postgres) StandingApproval(ctx context.Context, profile, host string, now time.Time) (*Approval, error) {
-	return standing(ctx, s.q(), profile, host, now)
-}
-
-// GetApproval implements Store.
-func (s *Postgres) GetApproval(ctx context.Context, id string) (*Approval, error) {
-	return getApproval(ctx, s.q(), id)
-}
-
-// ListApprovals implements Store.
-func (s *Postgres) ListApprovals(ctx context.Context, f ApprovalFilter, now time.Time) ([]*Approval, error) {
-	return listApprovals(ctx, s.q(), f, now)
-}
-
 // DecideApproval implements Store.
 func (s *Postgres) DecideApproval(ctx context.Context, id string, d ApprovalDecision, now time.Time) (*Approval, *Approval, error) {
 	if err := checkDecision(d, now); err != nil {

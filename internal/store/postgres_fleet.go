@@ -106,13 +106,13 @@ func (s *Postgres) Admit(ctx context.Context, tenant, session, day string, decid
 
 // View implements Shared.
 func (s *Postgres) View(ctx context.Context, tenant, session, day string) (BudgetView, error) {
-	return view(ctx, s.q(), tenant, session, day)
+	return view(ctx, s.q, tenant, session, day)
 }
 
 func view(ctx context.Context, q querier, tenant, session, day string) (BudgetView, error) {
 	var v BudgetView
 	var err error
-	if v.Tenant, err = usage(ctx, q, ScopeTenantDay, tenant, day); err != nil {
+	if v.Tenant, err = (common{q: q}).Usage(ctx, ScopeTenantDay, tenant, day); err != nil {
 		return v, err
 	}
 	var running int64
@@ -124,7 +124,7 @@ func view(ctx context.Context, q querier, tenant, session, day string) (BudgetVi
 	if session == "" {
 		return v, nil
 	}
-	if v.Session, err = usage(ctx, q, ScopeSession, tenant, session); err != nil {
+	if v.Session, err = (common{q: q}).Usage(ctx, ScopeSession, tenant, session); err != nil {
 		return v, err
 	}
 	err = q.queryRow(ctx, `SELECT count(*), COALESCE(sum(cpu_ms), 0), COALESCE(sum(wall_ms), 0) FROM budget_holds WHERE tenant = ? AND session = ?`,

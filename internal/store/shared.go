@@ -16,9 +16,19 @@ import (
 // What the SQLite and the PostgreSQL stores share: the statements their
 // dialects write alike, written once with ? placeholders, and the code
 // around them, run through a querier: sqlQ on database/sql (SQLite),
-// pgQ on pgx (PostgreSQL), which numbers the placeholders. Statements
-// that differ (claiming a key, upserts, recovery, the schema) stay with
-// each store.
+// pgQ on pgx (PostgreSQL), which numbers the placeholders. Both stores
+// embed common, the Store methods made of such statements alone; what
+// differs (claiming a key, upserts, recovery, transactions and locks, the
+// schema) stays with each store.
+
+// common implements the Store methods both stores run alike.
+type common struct {
+	q querier
+	// perExec runs the writes of idempotency keys, which a fleet commits
+	// without waiting for the WAL flush (see Postgres.relaxed); q in
+	// SQLite.
+	perExec querier
+}
 
 // querier runs one statement on a database or in a transaction.
 type querier interface {
@@ -149,8 +159,9 @@ func scanIdem(r row) (*IdemRecord, error) {
 	return rec, nil
 }
 
-func completeIdempotency(ctx context.Context, q querier, tenant, key string, status int, body []byte) error {
-	n, err := q.exec(ctx, `UPDATE idempotency SET state = ?, status = ?, body = ? WHERE tenant = ? AND key = ? AND state = ?`,
+// CompleteIdempotency implements Store.
+func (c common) CompleteIdempotency(ctx context.Context, tenant, key string, status int, body []byte) error {
+	n, err := c.perExec.exec(ctx, `UPDATE idempotency SET state = ?, status = ?, body = ? WHERE tenant = ? AND key = ? AND state = ?`,
 		IdemDone, status, body, tenant, key, IdemInFlight)
 	if err != nil {
 		return err
@@ -161,21 +172,24 @@ func completeIdempotency(ctx context.Context, q querier, tenant, key string, sta
 	return nil
 }
 
-func releaseIdempotency(ctx context.Context, q querier, tenant, key, owner string) error {
-	_, err := q.exec(ctx, `DELETE FROM idempotency WHERE tenant = ? AND key = ? AND state = ? AND owner = ?`,
+// ReleaseIdempotency implements Store.
+func (c common) ReleaseIdempotency(ctx context.Context, tenant, key, owner string) error {
+	_, err := c.perExec.exec(ctx, `DELETE FROM idempotency WHERE tenant = ? AND key = ? AND state = ? AND owner = ?`,
 		tenant, key, IdemInFlight, owner)
 	return err
 }
 
-func getIdempotency(ctx context.Context, q querier, tenant, key string) (*IdemRecord, error) {
-	return scanIdem(q.queryRow(ctx, `SELECT `+idemCols+` FROM idempotency WHERE tenant = ? AND key = ? AND expires_at > ?`,
+// GetIdempotency implements Store.
+func (c common) GetIdempotency(ctx context.Context, tenant, key string) (*IdemRecord, error) {
+	return scanIdem(c.q.queryRow(ctx, `SELECT `+idemCols+` FROM idempotency WHERE tenant = ? AND key = ? AND expires_at > ?`,
 		tenant, key, ms(time.Now())))
 }
 
-func getExec(ctx context.Context, q querier, id string) (*ExecRecord, error) {
+// GetExec implements Store.
+func (c common) GetExec(ctx context.Context, id string) (*ExecRecord, error) {
 	r := &ExecRecord{}
 	var created, updated, expires int64
-	err := q.queryRow(ctx, `SELECT id, tenant, key_id, session, state, owner, body, created_at, updated_at, expires_at
+	err := c.q.queryRow(ctx, `SELECT id, tenant, key_id, session, state, owner, body, created_at, updated_at, expires_at
 		FROM execs WHERE id = ? AND expires_at > ?`, id, ms(time.Now())).
 		Scan(&r.ID, &r.Tenant, &r.KeyID, &r.Session, &r.State, &r.Owner, &r.Body, &created, &updated, &expires)
 	if errors.Is(err, sql.ErrNoRows) {
@@ -188,9 +202,10 @@ func getExec(ctx context.Context, q querier, id string) (*ExecRecord, error) {
 	return r, nil
 }
 
-func usage(ctx context.Context, q querier, scope, tenant, name string) (Usage, error) {
+// Usage implements Store.
+func (c common) Usage(ctx context.Context, scope, tenant, name string) (Usage, error) {
 	var u Usage
-	err := q.queryRow(ctx, `SELECT execs, cpu_ms, wall_ms, fetch_bytes FROM usage WHERE scope = ? AND tenant = ? AND name = ?`,
+	err := c.q.queryRow(ctx, `SELECT execs, cpu_ms, wall_ms, fetch_bytes FROM usage WHERE scope = ? AND tenant = ? AND name = ?`,
 		scope, tenant, name).Scan(&u.Execs, &u.CPUMillis, &u.WallMillis, &u.FetchBytes)
 	if errors.Is(err, sql.ErrNoRows) {
 		return Usage{}, nil
@@ -198,9 +213,10 @@ func usage(ctx context.Context, q querier, scope, tenant, name string) (Usage, e
 	return u, err
 }
 
-func setting(ctx context.Context, q querier, name string) (string, bool, error) {
+// Setting implements Store.
+func (c common) Setting(ctx context.Context, name string) (string, bool, error) {
 	var v string
-	err := q.queryRow(ctx, `SELECT value FROM settings WHERE name = ?`, name).Scan(&v)
+	err := c.q.queryRow(ctx, `SELECT value FROM settings WHERE name = ?`, name).Scan(&v)
 	if errors.Is(err, sql.ErrNoRows) {
 		return "", false, nil
 	}
@@ -210,8 +226,9 @@ func setting(ctx context.Context, q querier, name string) (string, bool, error) 
 	return v, true, nil
 }
 
-func setSetting(ctx context.Context, q querier, name, value string) error {
-	_, err := q.exec(ctx, `INSERT INTO settings (name, value, updated_at) VALUES (?, ?, ?)
+// SetSetting implements Store.
+func (c common) SetSetting(ctx context.Context, name, value string) error {
+	_, err := c.q.exec(ctx, `INSERT INTO settings (name, value, updated_at) VALUES (?, ?, ?)
 		ON CONFLICT (name) DO UPDATE SET value = excluded.value, updated_at = excluded.updated_at`, name, value, ms(time.Now()))
 	return err
 }
@@ -233,10 +250,10 @@ func purgeStmts(now, usageBefore time.Time) []purgeStmt {
 }
 
 // purge runs stmts and returns how many rows they deleted.
-func purge(ctx context.Context, q querier, stmts []purgeStmt) (int64, error) {
+func (c common) purge(ctx context.Context, stmts []purgeStmt) (int64, error) {
 	var total int64
 	for _, st := range stmts {
-		n, err := q.exec(ctx, st.sql, st.arg)
+		n, err := c.q.exec(ctx, st.sql, st.arg)
 		if err != nil {
 			return total, err
 		}

@@ -99,6 +99,7 @@ var schema = []string{
 // crash may lose the last transactions. One connection serves every call,
 // so writers never meet SQLITE_BUSY inside the process.
 type SQLite struct {
+	common
 	db   *sql.DB
 	lock *os.File
 }
@@ -127,6 +128,7 @@ func OpenSQLite(dir string) (*SQLite, error) {
 	db.SetConnMaxLifetime(0)
 	db.SetConnMaxIdleTime(0)
 	s.db = db
+	s.common = common{q: sqlQ{db}, perExec: sqlQ{db}}
 	if err := s.migrate(); err != nil {
 		s.Close()
 		return nil, fmt.Errorf("opening the store %s: %w", filepath.Join(dir, fileName), err)
@@ -174,9 +176,6 @@ func (s *SQLite) Close() error {
 	return err
 }
 
-// q runs the statements both stores share (querier) on the database.
-func (s *SQLite) q() querier { return sqlQ{s.db} }
-
 // ClaimIdempotency implements Store.
 func (s *SQLite) ClaimIdempotency(ctx context.Context, rec *IdemRecord) (*IdemRecord, bool, error) {
 	tx, err := s.db.BeginTx(ctx, nil)
@@ -208,21 +207,6 @@ func (s *SQLite) ClaimIdempotency(ctx context.Context, rec *IdemRecord) (*IdemRe
 	return &r, true, nil
 }
 
-// CompleteIdempotency implements Store.
-func (s *SQLite) CompleteIdempotency(ctx context.Context, tenant, key string, status int, body []byte) error {
-	return completeIdempotency(ctx, s.q(), tenant, key, status, body)
-}
-
-// ReleaseIdempotency implements Store.
-func (s *SQLite) ReleaseIdempotency(ctx context.Context, tenant, key, owner string) error {
-	return releaseIdempotency(ctx, s.q(), tenant, key, owner)
-}
-
-// GetIdempotency implements Store.
-func (s *SQLite) GetIdempotency(ctx context.Context, tenant, key string) (*IdemRecord, error) {
-	return getIdempotency(ctx, s.q(), tenant, key)
-}
-
 // PutExec implements Store.
 func (s *SQLite) PutExec(ctx context.Context, r *ExecRecord) error {
 	now := time.Now()
@@ -234,16 +218,6 @@ func (s *SQLite) PutExec(ctx context.Context, r *ExecRecord) error {
 		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
 		r.ID, r.Tenant, r.KeyID, r.Session, r.State, r.Owner, r.Body, ms(r.CreatedAt), ms(r.UpdatedAt), ms(r.ExpiresAt))
 	return err
-}
-
-// GetExec implements Store.
-func (s *SQLite) GetExec(ctx context.Context, id string) (*ExecRecord, error) {
-	return getExec(ctx, s.q(), id)
-}
-
-// Usage implements Store.
-func (s *SQLite) Usage(ctx context.Context, scope, tenant, name string) (Usage, error) {
-	return usage(ctx, s.q(), scope, tenant, name)
 }
 
 // AddUsage implements Store.
@@ -269,16 +243,6 @@ func (s *SQLite) AddUsage(ctx context.Context, deltas ...UsageDelta) error {
 		}
 	}
 	return tx.Commit()
-}
-
-// Setting implements Store.
-func (s *SQLite) Setting(ctx context.Context, name string) (string, bool, error) {
-	return setting(ctx, s.q(), name)
-}
-
-// SetSetting implements Store.
-func (s *SQLite) SetSetting(ctx context.Context, name, value string) error {
-	return setSetting(ctx, s.q(), name, value)
 }
 
 // Recover implements Store.
@@ -307,7 +271,7 @@ func (s *SQLite) Recover(ctx context.Context, owner string) (RecoverStats, error
 
 // Purge implements Store.
 func (s *SQLite) Purge(ctx context.Context, now, usageBefore time.Time) (int64, error) {
-	return purge(ctx, s.q(), purgeStmts(now, usageBefore))
+	return s.purge(ctx, purgeStmts(now, usageBefore))
 }
 
 var _ Store = (*SQLite)(nil)
