@@ -8,13 +8,16 @@ import (
 	"time"
 )
 
+// The approval records' statements and rules, for both stores (see
+// querier); each store adds its transactions.
+
 const approvalCols = `id, profile, profile_version, host, port, method, url, tenant, key_id, client, state, count,
 	first_seen, last_seen, decided_by, decided_tenant, decided_at, reason, expires_at`
 
-func scanApproval(row interface{ Scan(...any) error }) (*Approval, error) {
+func scanApproval(r row) (*Approval, error) {
 	a := &Approval{}
 	var first, last, decided, expires int64
-	err := row.Scan(&a.ID, &a.Profile, &a.ProfileVersion, &a.Host, &a.Port, &a.Method, &a.URL, &a.Tenant, &a.KeyID, &a.Client,
+	err := r.Scan(&a.ID, &a.Profile, &a.ProfileVersion, &a.Host, &a.Port, &a.Method, &a.URL, &a.Tenant, &a.KeyID, &a.Client,
 		&a.State, &a.Count, &first, &last, &a.DecidedBy, &a.DecidedTenant, &decided, &a.Reason, &expires)
 	if errors.Is(err, sql.ErrNoRows) {
 		return nil, ErrNotFound
@@ -43,25 +46,27 @@ func optMS(t time.Time) int64 {
 // rejected, or approved and not yet expired. Arguments: profile, host, now.
 const standingWhere = `profile = ? AND host = ? AND (state IN ('pending', 'rejected') OR (state = 'approved' AND expires_at > ?))`
 
-type queryRower interface {
-	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
-}
-
-func standing(ctx context.Context, q queryRower, profile, host string, now time.Time) (*Approval, error) {
-	return scanApproval(q.QueryRowContext(ctx, `SELECT `+approvalCols+` FROM approvals WHERE `+standingWhere+
+func standing(ctx context.Context, q querier, profile, host string, now time.Time) (*Approval, error) {
+	return scanApproval(q.queryRow(ctx, `SELECT `+approvalCols+` FROM approvals WHERE `+standingWhere+
 		` ORDER BY last_seen DESC LIMIT 1`, profile, host, ms(now)))
 }
 
-// FileApproval implements Store.
-func (s *SQLite) FileApproval(ctx context.Context, a *Approval, now time.Time) (*Approval, bool, error) {
+// StandingApproval implements Store.
+func (c common) StandingApproval(ctx context.Context, profile, host string, now time.Time) (*Approval, error) {
+	return standing(ctx, c.q, profile, host, now)
+}
+
+// checkApproval refuses a request without what FileApproval needs.
+func checkApproval(a *Approval) error {
 	if a.ID == "" || a.Profile == "" || a.Host == "" {
-		return nil, false, errors.New("store: an approval needs an id, a profile and a host")
+		return errors.New("store: an approval needs an id, a profile and a host")
 	}
-	tx, err := s.db.BeginTx(ctx, nil)
-	if err != nil {
-		return nil, false, err
-	}
-	defer tx.Rollback()
+	return nil
+}
+
+// fileApproval is FileApproval in a transaction tx that no other filing
+// for the same profile and host runs beside.
+func fileApproval(ctx context.Context, tx querier, a *Approval, now time.Time) (*Approval, bool, error) {
 	old, err := standing(ctx, tx, a.Profile, a.Host, now)
 	switch {
 	case err == nil:
@@ -72,10 +77,10 @@ func (s *SQLite) FileApproval(ctx context.Context, a *Approval, now time.Time) (
 		if now.After(old.LastSeen) {
 			old.LastSeen = now.UTC().Truncate(time.Millisecond)
 		}
-		if _, err := tx.ExecContext(ctx, `UPDATE approvals SET count = ?, last_seen = ? WHERE id = ?`, old.Count, ms(old.LastSeen), old.ID); err != nil {
+		if _, err := tx.exec(ctx, `UPDATE approvals SET count = ?, last_seen = ? WHERE id = ?`, old.Count, ms(old.LastSeen), old.ID); err != nil {
 			return nil, false, err
 		}
-		return old, false, tx.Commit()
+		return old, false, nil
 	case !errors.Is(err, ErrNotFound):
 		return nil, false, err
 	}
@@ -84,98 +89,81 @@ func (s *SQLite) FileApproval(ctx context.Context, a *Approval, now time.Time) (
 	r.FirstSeen = now.UTC().Truncate(time.Millisecond)
 	r.LastSeen = r.FirstSeen
 	r.DecidedBy, r.DecidedTenant, r.DecidedAt, r.Reason, r.ExpiresAt = "", "", time.Time{}, "", time.Time{}
-	if _, err := tx.ExecContext(ctx, `INSERT INTO approvals (`+approvalCols+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, '', '', 0, '', 0)`,
+	if _, err := tx.exec(ctx, `INSERT INTO approvals (`+approvalCols+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, '', '', 0, '', 0)`,
 		r.ID, r.Profile, r.ProfileVersion, r.Host, r.Port, r.Method, r.URL, r.Tenant, r.KeyID, r.Client, r.State, r.Count,
 		ms(r.FirstSeen), ms(r.LastSeen)); err != nil {
-		return nil, false, err
-	}
-	if err := tx.Commit(); err != nil {
 		return nil, false, err
 	}
 	return &r, true, nil
 }
 
-// StandingApproval implements Store.
-func (s *SQLite) StandingApproval(ctx context.Context, profile, host string, now time.Time) (*Approval, error) {
-	return standing(ctx, s.db, profile, host, now)
-}
-
 // GetApproval implements Store.
-func (s *SQLite) GetApproval(ctx context.Context, id string) (*Approval, error) {
-	return scanApproval(s.db.QueryRowContext(ctx, `SELECT `+approvalCols+` FROM approvals WHERE id = ?`, id))
+func (c common) GetApproval(ctx context.Context, id string) (*Approval, error) {
+	return scanApproval(c.q.queryRow(ctx, `SELECT `+approvalCols+` FROM approvals WHERE id = ?`, id))
 }
 
 // ListApprovals implements Store.
-func (s *SQLite) ListApprovals(ctx context.Context, f ApprovalFilter, now time.Time) ([]*Approval, error) {
-	q := `SELECT ` + approvalCols + ` FROM approvals WHERE 1 = 1`
+func (c common) ListApprovals(ctx context.Context, f ApprovalFilter, now time.Time) ([]*Approval, error) {
+	stmt := `SELECT ` + approvalCols + ` FROM approvals WHERE 1 = 1`
 	var args []any
 	switch f.Status {
 	case "":
 	case ApprovalPending, ApprovalRejected:
-		q += ` AND state = ?`
+		stmt += ` AND state = ?`
 		args = append(args, f.Status)
 	case ApprovalApproved:
-		q += ` AND state = 'approved' AND expires_at > ?`
+		stmt += ` AND state = 'approved' AND expires_at > ?`
 		args = append(args, ms(now))
 	case ApprovalExpired:
-		q += ` AND state = 'approved' AND expires_at <= ?`
+		stmt += ` AND state = 'approved' AND expires_at <= ?`
 		args = append(args, ms(now))
 	default:
 		return nil, fmt.Errorf("store: unknown approval status %q", f.Status)
 	}
 	if f.Profile != "" {
-		q += ` AND profile = ?`
+		stmt += ` AND profile = ?`
 		args = append(args, f.Profile)
 	}
 	if f.Host != "" {
-		q += ` AND host = ?`
+		stmt += ` AND host = ?`
 		args = append(args, f.Host)
 	}
 	limit := f.Limit
 	if limit <= 0 {
 		limit = 100
 	}
-	q += ` ORDER BY last_seen DESC, id LIMIT ?`
+	stmt += ` ORDER BY last_seen DESC, id LIMIT ?`
 	args = append(args, limit)
-	rows, err := s.db.QueryContext(ctx, q, args...)
+	out := []*Approval{}
+	err := c.q.each(ctx, stmt, args, func(r row) error {
+		a, err := scanApproval(r)
+		if err != nil {
+			return err
+		}
+		out = append(out, a)
+		return nil
+	})
 	if err != nil {
 		return nil, err
 	}
-	defer rows.Close()
-	out := []*Approval{}
-	for rows.Next() {
-		a, err := scanApproval(rows)
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, a)
-	}
-	return out, rows.Err()
+	return out, nil
 }
 
-// DecideApproval implements Store.
-func (s *SQLite) DecideApproval(ctx context.Context, id string, d ApprovalDecision, now time.Time) (*Approval, *Approval, error) {
-	if err := checkDecision(d, now); err != nil {
-		return nil, nil, err
-	}
-	tx, err := s.db.BeginTx(ctx, nil)
-	if err != nil {
-		return nil, nil, err
-	}
-	defer tx.Rollback()
-	before, err := scanApproval(tx.QueryRowContext(ctx, `SELECT `+approvalCols+` FROM approvals WHERE id = ?`, id))
+// decideApproval is DecideApproval in a transaction tx; lock is the
+// clause that locks the record's row until tx ends ("" where the
+// transaction itself excludes other writers). before is set with an
+// error only when the approval has expired.
+func decideApproval(ctx context.Context, tx querier, id string, d ApprovalDecision, now time.Time, lock string) (before, after *Approval, err error) {
+	before, err = scanApproval(tx.queryRow(ctx, `SELECT `+approvalCols+` FROM approvals WHERE id = ?`+lock, id))
 	if err != nil {
 		return nil, nil, err
 	}
 	if before.Status(now) == ApprovalExpired {
 		return before, nil, fmt.Errorf("approval %s expired at %s: %w", id, before.ExpiresAt.Format(time.RFC3339), ErrApprovalExpired)
 	}
-	after := decided(before, d, now)
-	if _, err := tx.ExecContext(ctx, `UPDATE approvals SET state = ?, decided_by = ?, decided_tenant = ?, decided_at = ?, reason = ?, expires_at = ? WHERE id = ?`,
+	after = decided(before, d, now)
+	if _, err := tx.exec(ctx, `UPDATE approvals SET state = ?, decided_by = ?, decided_tenant = ?, decided_at = ?, reason = ?, expires_at = ? WHERE id = ?`,
 		after.State, after.DecidedBy, after.DecidedTenant, ms(after.DecidedAt), after.Reason, optMS(after.ExpiresAt), id); err != nil {
-		return nil, nil, err
-	}
-	if err := tx.Commit(); err != nil {
 		return nil, nil, err
 	}
 	return before, after, nil
@@ -204,4 +192,44 @@ func decided(before *Approval, d ApprovalDecision, now time.Time) *Approval {
 		after.ExpiresAt = d.ExpiresAt.UTC().Truncate(time.Millisecond)
 	}
 	return &after
+}
+
+// FileApproval implements Store.
+func (s *SQLite) FileApproval(ctx context.Context, a *Approval, now time.Time) (*Approval, bool, error) {
+	if err := checkApproval(a); err != nil {
+		return nil, false, err
+	}
+	tx, err := s.db.BeginTx(ctx, nil)
+	if err != nil {
+		return nil, false, err
+	}
+	defer tx.Rollback()
+	rec, created, err := fileApproval(ctx, sqlQ{tx}, a, now)
+	if err != nil {
+		return nil, false, err
+	}
+	if err := tx.Commit(); err != nil {
+		return nil, false, err
+	}
+	return rec, created, nil
+}
+
+// DecideApproval implements Store.
+func (s *SQLite) DecideApproval(ctx context.Context, id string, d ApprovalDecision, now time.Time) (*Approval, *Approval, error) {
+	if err := checkDecision(d, now); err != nil {
+		return nil, nil, err
+	}
+	tx, err := s.db.BeginTx(ctx, nil)
+	if err != nil {
+		return nil, nil, err
+	}
+	defer tx.Rollback()
+	before, after, err := decideApproval(ctx, sqlQ{tx}, id, d, now, "")
+	if err != nil {
+		return before, nil, err
+	}
+	if err := tx.Commit(); err != nil {
+		return nil, nil, err
+	}
+	return before, after, nil
 }

@@ -131,6 +131,7 @@ var pgSteps = []string{
 // across replicas (a claimed key, a budget's hold, a token taken, an
 // approval filed) is decided inside the database.
 type Postgres struct {
+	common
 	pool *pgxpool.Pool
 	// relaxed commits without waiting for the WAL flush
 	// (pgdb.OpenRelaxed). The per-exec writes go through it: idempotency
@@ -169,7 +170,7 @@ func OpenPostgres(ctx context.Context, dsn string) (*Postgres, error) {
 		pool.Close()
 		return nil, err
 	}
-	return &Postgres{pool: pool, relaxed: relaxed, DeadAfter: DefaultDeadAfter}, nil
+	return &Postgres{common: common{q: pgQ{pool}, perExec: pgQ{relaxed}}, pool: pool, relaxed: relaxed, DeadAfter: DefaultDeadAfter}, nil
 }
 
 // Pool is the connection pool, for the other PostgreSQL-backed parts of
@@ -227,33 +228,6 @@ func (s *Postgres) ClaimIdempotency(ctx context.Context, rec *IdemRecord) (*Idem
 	return nil, false, errors.New("store: an idempotency key kept changing while it was claimed")
 }
 
-// CompleteIdempotency implements Store.
-func (s *Postgres) CompleteIdempotency(ctx context.Context, tenant, key string, status int, body []byte) error {
-	tag, err := s.relaxed.Exec(ctx, `UPDATE idempotency SET state = $1, status = $2, body = $3 WHERE tenant = $4 AND key = $5 AND state = $6`,
-		IdemDone, status, body, tenant, key, IdemInFlight)
-	if err != nil {
-		return err
-	}
-	if tag.RowsAffected() == 0 {
-		return fmt.Errorf("completing idempotency key of tenant %s: %w (no in-flight record)", tenant, ErrNotFound)
-	}
-	return nil
-}
-
-// ReleaseIdempotency implements Store.
-func (s *Postgres) ReleaseIdempotency(ctx context.Context, tenant, key, owner string) error {
-	_, err := s.relaxed.Exec(ctx, `DELETE FROM idempotency WHERE tenant = $1 AND key = $2 AND state = $3 AND owner = $4`,
-		tenant, key, IdemInFlight, owner)
-	return err
-}
-
-// GetIdempotency implements Store.
-func (s *Postgres) GetIdempotency(ctx context.Context, tenant, key string) (*IdemRecord, error) {
-	r, err := scanIdem(s.pool.QueryRow(ctx, `SELECT `+idemCols+` FROM idempotency WHERE tenant = $1 AND key = $2 AND expires_at > $3`,
-		tenant, key, ms(time.Now())))
-	return r, pgNotFound(err)
-}
-
 // PutExec implements Store.
 func (s *Postgres) PutExec(ctx context.Context, r *ExecRecord) error {
 	now := time.Now()
@@ -268,31 +242,6 @@ func (s *Postgres) PutExec(ctx context.Context, r *ExecRecord) error {
 			updated_at = excluded.updated_at, expires_at = excluded.expires_at`,
 		r.ID, r.Tenant, r.KeyID, r.Session, r.State, r.Owner, r.Body, ms(r.CreatedAt), ms(r.UpdatedAt), ms(r.ExpiresAt))
 	return err
-}
-
-// GetExec implements Store.
-func (s *Postgres) GetExec(ctx context.Context, id string) (*ExecRecord, error) {
-	r := &ExecRecord{}
-	var created, updated, expires int64
-	err := s.pool.QueryRow(ctx, `SELECT id, tenant, key_id, session, state, owner, body, created_at, updated_at, expires_at
-		FROM execs WHERE id = $1 AND expires_at > $2`, id, ms(time.Now())).
-		Scan(&r.ID, &r.Tenant, &r.KeyID, &r.Session, &r.State, &r.Owner, &r.Body, &created, &updated, &expires)
-	if err != nil {
-		return nil, pgNotFound(err)
-	}
-	r.CreatedAt, r.UpdatedAt, r.ExpiresAt = fromMS(created), fromMS(updated), fromMS(expires)
-	return r, nil
-}
-
-// Usage implements Store.
-func (s *Postgres) Usage(ctx context.Context, scope, tenant, name string) (Usage, error) {
-	var u Usage
-	err := s.pool.QueryRow(ctx, `SELECT execs, cpu_ms, wall_ms, fetch_bytes FROM usage WHERE scope = $1 AND tenant = $2 AND name = $3`,
-		scope, tenant, name).Scan(&u.Execs, &u.CPUMillis, &u.WallMillis, &u.FetchBytes)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return Usage{}, nil
-	}
-	return u, err
 }
 
 const addUsageSQL = `INSERT INTO usage (scope, tenant, name, execs, cpu_ms, wall_ms, fetch_bytes, updated_at)
@@ -318,26 +267,6 @@ func addUsage(ctx context.Context, tx pgx.Tx, deltas []UsageDelta) error {
 		}
 	}
 	return nil
-}
-
-// Setting implements Store.
-func (s *Postgres) Setting(ctx context.Context, name string) (string, bool, error) {
-	var v string
-	err := s.pool.QueryRow(ctx, `SELECT value FROM settings WHERE name = $1`, name).Scan(&v)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return "", false, nil
-	}
-	if err != nil {
-		return "", false, err
-	}
-	return v, true, nil
-}
-
-// SetSetting implements Store.
-func (s *Postgres) SetSetting(ctx context.Context, name, value string) error {
-	_, err := s.pool.Exec(ctx, `INSERT INTO settings (name, value, updated_at) VALUES ($1, $2, $3)
-		ON CONFLICT (name) DO UPDATE SET value = excluded.value, updated_at = excluded.updated_at`, name, value, ms(time.Now()))
-	return err
 }
 
 // liveOwners is the condition "owner is a member seen within DeadAfter"
@@ -383,28 +312,15 @@ func (s *Postgres) Recover(ctx context.Context, owner string) (RecoverStats, err
 	return st, err
 }
 
-// Purge implements Store.
+// Purge implements Store: besides what the SQLite store purges, loop
+// streaks, ended sessions' entries and members not seen since
+// usageBefore.
 func (s *Postgres) Purge(ctx context.Context, now, usageBefore time.Time) (int64, error) {
-	var total int64
-	for _, q := range []struct {
-		sql string
-		arg int64
-	}{
-		{`DELETE FROM idempotency WHERE expires_at <= $1`, ms(now)},
-		{`DELETE FROM execs WHERE expires_at <= $1`, ms(now)},
-		{`DELETE FROM usage WHERE updated_at < $1`, ms(usageBefore)},
-		{`DELETE FROM approvals WHERE (state = 'approved' AND expires_at <= $1) OR (state = 'pending' AND last_seen <= $1)`, ms(now.Add(-approvalRetention))},
-		{`DELETE FROM loop_streaks WHERE seen_ms < $1`, ms(usageBefore)},
-		{`DELETE FROM sessions WHERE state = 'ended' AND updated_at < $1`, ms(usageBefore)},
-		{`DELETE FROM members WHERE seen_at < $1`, ms(usageBefore)},
-	} {
-		tag, err := s.pool.Exec(ctx, q.sql, q.arg)
-		if err != nil {
-			return total, err
-		}
-		total += tag.RowsAffected()
-	}
-	return total, nil
+	return s.purge(ctx, append(purgeStmts(now, usageBefore),
+		purgeStmt{`DELETE FROM loop_streaks WHERE seen_ms < ?`, ms(usageBefore)},
+		purgeStmt{`DELETE FROM sessions WHERE state = 'ended' AND updated_at < ?`, ms(usageBefore)},
+		purgeStmt{`DELETE FROM members WHERE seen_at < ?`, ms(usageBefore)},
+	))
 }
 
 var _ Store = (*Postgres)(nil)

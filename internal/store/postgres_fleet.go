@@ -83,7 +83,7 @@ func (s *Postgres) Admit(ctx context.Context, tenant, session, day string, decid
 		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock(hashtextextended($1, 0))`, "budget|"+tenant); err != nil {
 			return err
 		}
-		v, err := view(ctx, tx, tenant, session, day)
+		v, err := view(ctx, pgQ{tx}, tenant, session, day)
 		if err != nil {
 			return err
 		}
@@ -106,28 +106,17 @@ func (s *Postgres) Admit(ctx context.Context, tenant, session, day string, decid
 
 // View implements Shared.
 func (s *Postgres) View(ctx context.Context, tenant, session, day string) (BudgetView, error) {
-	return view(ctx, s.pool, tenant, session, day)
-}
-
-type querier interface {
-	QueryRow(context.Context, string, ...any) pgx.Row
+	return view(ctx, s.q, tenant, session, day)
 }
 
 func view(ctx context.Context, q querier, tenant, session, day string) (BudgetView, error) {
 	var v BudgetView
-	usage := func(scope, name string, u *Usage) error {
-		err := q.QueryRow(ctx, `SELECT execs, cpu_ms, wall_ms, fetch_bytes FROM usage WHERE scope = $1 AND tenant = $2 AND name = $3`,
-			scope, tenant, name).Scan(&u.Execs, &u.CPUMillis, &u.WallMillis, &u.FetchBytes)
-		if errors.Is(err, pgx.ErrNoRows) {
-			return nil
-		}
-		return err
-	}
-	if err := usage(ScopeTenantDay, day, &v.Tenant); err != nil {
+	var err error
+	if v.Tenant, err = (common{q: q}).Usage(ctx, ScopeTenantDay, tenant, day); err != nil {
 		return v, err
 	}
 	var running int64
-	if err := q.QueryRow(ctx, `SELECT count(*), COALESCE(sum(cpu_ms) FILTER (WHERE day = $2), 0) FROM budget_holds WHERE tenant = $1`,
+	if err := q.queryRow(ctx, `SELECT count(*), COALESCE(sum(cpu_ms) FILTER (WHERE day = ?2), 0) FROM budget_holds WHERE tenant = ?1`,
 		tenant, day).Scan(&running, &v.ReservedCPU); err != nil {
 		return v, err
 	}
@@ -135,10 +124,10 @@ func view(ctx context.Context, q querier, tenant, session, day string) (BudgetVi
 	if session == "" {
 		return v, nil
 	}
-	if err := usage(ScopeSession, session, &v.Session); err != nil {
+	if v.Session, err = (common{q: q}).Usage(ctx, ScopeSession, tenant, session); err != nil {
 		return v, err
 	}
-	err := q.QueryRow(ctx, `SELECT count(*), COALESCE(sum(cpu_ms), 0), COALESCE(sum(wall_ms), 0) FROM budget_holds WHERE tenant = $1 AND session = $2`,
+	err = q.queryRow(ctx, `SELECT count(*), COALESCE(sum(cpu_ms), 0), COALESCE(sum(wall_ms), 0) FROM budget_holds WHERE tenant = ? AND session = ?`,
 		tenant, session).Scan(&v.Pending, &v.SessionCPU, &v.SessionWall)
 	return v, err
 }

@@ -99,6 +99,7 @@ var schema = []string{
 // crash may lose the last transactions. One connection serves every call,
 // so writers never meet SQLITE_BUSY inside the process.
 type SQLite struct {
+	common
 	db   *sql.DB
 	lock *os.File
 }
@@ -127,6 +128,7 @@ func OpenSQLite(dir string) (*SQLite, error) {
 	db.SetConnMaxLifetime(0)
 	db.SetConnMaxIdleTime(0)
 	s.db = db
+	s.common = common{q: sqlQ{db}, perExec: sqlQ{db}}
 	if err := s.migrate(); err != nil {
 		s.Close()
 		return nil, fmt.Errorf("opening the store %s: %w", filepath.Join(dir, fileName), err)
@@ -174,25 +176,6 @@ func (s *SQLite) Close() error {
 	return err
 }
 
-func ms(t time.Time) int64 { return t.UnixMilli() }
-
-func fromMS(v int64) time.Time { return time.UnixMilli(v).UTC() }
-
-const idemCols = `tenant, key, request_sha256, exec_id, state, owner, status, body, created_at, expires_at`
-
-func scanIdem(row interface{ Scan(...any) error }) (*IdemRecord, error) {
-	r := &IdemRecord{}
-	var created, expires int64
-	if err := row.Scan(&r.Tenant, &r.Key, &r.RequestSHA256, &r.ExecID, &r.State, &r.Owner, &r.Status, &r.Body, &created, &expires); err != nil {
-		if errors.Is(err, sql.ErrNoRows) {
-			return nil, ErrNotFound
-		}
-		return nil, err
-	}
-	r.CreatedAt, r.ExpiresAt = fromMS(created), fromMS(expires)
-	return r, nil
-}
-
 // ClaimIdempotency implements Store.
 func (s *SQLite) ClaimIdempotency(ctx context.Context, rec *IdemRecord) (*IdemRecord, bool, error) {
 	tx, err := s.db.BeginTx(ctx, nil)
@@ -224,32 +207,6 @@ func (s *SQLite) ClaimIdempotency(ctx context.Context, rec *IdemRecord) (*IdemRe
 	return &r, true, nil
 }
 
-// CompleteIdempotency implements Store.
-func (s *SQLite) CompleteIdempotency(ctx context.Context, tenant, key string, status int, body []byte) error {
-	res, err := s.db.ExecContext(ctx, `UPDATE idempotency SET state = ?, status = ?, body = ? WHERE tenant = ? AND key = ? AND state = ?`,
-		IdemDone, status, body, tenant, key, IdemInFlight)
-	if err != nil {
-		return err
-	}
-	if n, _ := res.RowsAffected(); n == 0 {
-		return fmt.Errorf("completing idempotency key of tenant %s: %w (no in-flight record)", tenant, ErrNotFound)
-	}
-	return nil
-}
-
-// ReleaseIdempotency implements Store.
-func (s *SQLite) ReleaseIdempotency(ctx context.Context, tenant, key, owner string) error {
-	_, err := s.db.ExecContext(ctx, `DELETE FROM idempotency WHERE tenant = ? AND key = ? AND state = ? AND owner = ?`,
-		tenant, key, IdemInFlight, owner)
-	return err
-}
-
-// GetIdempotency implements Store.
-func (s *SQLite) GetIdempotency(ctx context.Context, tenant, key string) (*IdemRecord, error) {
-	return scanIdem(s.db.QueryRowContext(ctx, `SELECT `+idemCols+` FROM idempotency WHERE tenant = ? AND key = ? AND expires_at > ?`,
-		tenant, key, ms(time.Now())))
-}
-
 // PutExec implements Store.
 func (s *SQLite) PutExec(ctx context.Context, r *ExecRecord) error {
 	now := time.Now()
@@ -261,34 +218,6 @@ func (s *SQLite) PutExec(ctx context.Context, r *ExecRecord) error {
 		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
 		r.ID, r.Tenant, r.KeyID, r.Session, r.State, r.Owner, r.Body, ms(r.CreatedAt), ms(r.UpdatedAt), ms(r.ExpiresAt))
 	return err
-}
-
-// GetExec implements Store.
-func (s *SQLite) GetExec(ctx context.Context, id string) (*ExecRecord, error) {
-	r := &ExecRecord{}
-	var created, updated, expires int64
-	err := s.db.QueryRowContext(ctx, `SELECT id, tenant, key_id, session, state, owner, body, created_at, updated_at, expires_at
-		FROM execs WHERE id = ? AND expires_at > ?`, id, ms(time.Now())).
-		Scan(&r.ID, &r.Tenant, &r.KeyID, &r.Session, &r.State, &r.Owner, &r.Body, &created, &updated, &expires)
-	if errors.Is(err, sql.ErrNoRows) {
-		return nil, ErrNotFound
-	}
-	if err != nil {
-		return nil, err
-	}
-	r.CreatedAt, r.UpdatedAt, r.ExpiresAt = fromMS(created), fromMS(updated), fromMS(expires)
-	return r, nil
-}
-
-// Usage implements Store.
-func (s *SQLite) Usage(ctx context.Context, scope, tenant, name string) (Usage, error) {
-	var u Usage
-	err := s.db.QueryRowContext(ctx, `SELECT execs, cpu_ms, wall_ms, fetch_bytes FROM usage WHERE scope = ? AND tenant = ? AND name = ?`,
-		scope, tenant, name).Scan(&u.Execs, &u.CPUMillis, &u.WallMillis, &u.FetchBytes)
-	if errors.Is(err, sql.ErrNoRows) {
-		return Usage{}, nil
-	}
-	return u, err
 }
 
 // AddUsage implements Store.
@@ -314,26 +243,6 @@ func (s *SQLite) AddUsage(ctx context.Context, deltas ...UsageDelta) error {
 		}
 	}
 	return tx.Commit()
-}
-
-// Setting implements Store.
-func (s *SQLite) Setting(ctx context.Context, name string) (string, bool, error) {
-	var v string
-	err := s.db.QueryRowContext(ctx, `SELECT value FROM settings WHERE name = ?`, name).Scan(&v)
-	if errors.Is(err, sql.ErrNoRows) {
-		return "", false, nil
-	}
-	if err != nil {
-		return "", false, err
-	}
-	return v, true, nil
-}
-
-// SetSetting implements Store.
-func (s *SQLite) SetSetting(ctx context.Context, name, value string) error {
-	_, err := s.db.ExecContext(ctx, `INSERT INTO settings (name, value, updated_at) VALUES (?, ?, ?)
-		ON CONFLICT (name) DO UPDATE SET value = excluded.value, updated_at = excluded.updated_at`, name, value, ms(time.Now()))
-	return err
 }
 
 // Recover implements Store.
@@ -362,24 +271,7 @@ func (s *SQLite) Recover(ctx context.Context, owner string) (RecoverStats, error
 
 // Purge implements Store.
 func (s *SQLite) Purge(ctx context.Context, now, usageBefore time.Time) (int64, error) {
-	var total int64
-	for _, q := range []struct {
-		sql string
-		arg int64
-	}{
-		{`DELETE FROM idempotency WHERE expires_at <= ?`, ms(now)},
-		{`DELETE FROM execs WHERE expires_at <= ?`, ms(now)},
-		{`DELETE FROM usage WHERE updated_at < ?`, ms(usageBefore)},
-		{`DELETE FROM approvals WHERE (state = 'approved' AND expires_at <= ?1) OR (state = 'pending' AND last_seen <= ?1)`, ms(now.Add(-approvalRetention))},
-	} {
-		res, err := s.db.ExecContext(ctx, q.sql, q.arg)
-		if err != nil {
-			return total, err
-		}
-		n, _ := res.RowsAffected()
-		total += n
-	}
-	return total, nil
+	return s.purge(ctx, purgeStmts(now, usageBefore))
 }
 
 var _ Store = (*SQLite)(nil)

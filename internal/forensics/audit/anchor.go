@@ -2,8 +2,6 @@ package audit
 
 import (
 	"context"
-	"database/sql"
-	"errors"
 	"fmt"
 	"regexp"
 	"strconv"
@@ -43,15 +41,7 @@ func ParseAnchor(s string) (Anchor, error) {
 
 // Head returns the last record's anchor, the zero Anchor for an empty log.
 func (s *SQLite) Head(ctx context.Context) (Anchor, error) {
-	var a Anchor
-	err := s.db.QueryRowContext(ctx, `SELECT seq, hash FROM records ORDER BY seq DESC LIMIT 1`).Scan(&a.Seq, &a.Hash)
-	if errors.Is(err, sql.ErrNoRows) {
-		return Anchor{}, nil
-	}
-	if err != nil {
-		return Anchor{}, fmt.Errorf("audit: reading the head: %w", err)
-	}
-	return a, nil
+	return head(s.db.QueryRowContext(ctx, `SELECT seq, hash FROM records ORDER BY seq DESC LIMIT 1`))
 }
 
 // CheckAnchors checks anchors against the log that rep (from Verify) found

@@ -60,16 +60,7 @@ func (s *SQLite) Bodies(ctx context.Context, seqs []int64) (map[int64][]byte, er
 			return nil, fmt.Errorf("audit: reading bodies: %w", err)
 		}
 		defer rows.Close()
-		out := map[int64][]byte{}
-		for rows.Next() {
-			var seq int64
-			var body []byte
-			if err := rows.Scan(&seq, &body); err != nil {
-				return nil, err
-			}
-			out[seq] = body
-		}
-		return out, rows.Err()
+		return scanBodies(rows)
 	})
 }
 
@@ -82,16 +73,7 @@ func (p *Postgres) Bodies(ctx context.Context, seqs []int64) (map[int64][]byte, 
 			return nil, fmt.Errorf("audit: reading bodies: %w", err)
 		}
 		defer rows.Close()
-		out := map[int64][]byte{}
-		for rows.Next() {
-			var seq int64
-			var body []byte
-			if err := rows.Scan(&seq, &body); err != nil {
-				return nil, err
-			}
-			out[seq] = body
-		}
-		return out, rows.Err()
+		return scanBodies(rows)
 	})
 }
 

@@ -2,7 +2,6 @@ package audit
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"strconv"
@@ -153,21 +152,7 @@ func (p *Postgres) Close() error {
 
 // Get implements Log.
 func (p *Postgres) Get(ctx context.Context, id string) (*Record, error) {
-	var body []byte
-	var hash string
-	err := p.pool.QueryRow(ctx, `SELECT body, hash FROM audit_records WHERE id = $1`, id).Scan(&body, &hash)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return nil, ErrNotFound
-	}
-	if err != nil {
-		return nil, err
-	}
-	var r Record
-	if err := json.Unmarshal(body, &r); err != nil {
-		return nil, fmt.Errorf("audit record %s is malformed: %w", id, err)
-	}
-	r.Hash = hash
-	return &r, nil
+	return getRecord(p.pool.QueryRow(ctx, `SELECT body, hash FROM audit_records WHERE id = $1`, id), id)
 }
 
 // Query implements Log.
@@ -181,46 +166,22 @@ func (p *Postgres) Query(ctx context.Context, f Filter) ([]Record, string, error
 		return nil, "", err
 	}
 	defer rows.Close()
-	return page(func(seq *int64, body *[]byte, hash *string) (bool, error) {
-		if !rows.Next() {
-			return false, rows.Err()
-		}
-		return true, rows.Scan(seq, body, hash)
-	}, q.limit)
+	return page(rows, q.limit)
 }
 
 // Verify implements Log, over the fleet's whole chain.
 func (p *Postgres) Verify(ctx context.Context) (*Report, error) {
-	rows, err := p.pool.Query(ctx, `SELECT seq, id, time_ns, kind, tenant, status, exec_profile, egress_profile, session, code_sha256, subject, body, prev_hash, hash
-		FROM audit_records ORDER BY seq`)
+	rows, err := p.pool.Query(ctx, `SELECT `+storedCols+` FROM audit_records ORDER BY seq`)
 	if err != nil {
 		return nil, err
 	}
 	defer rows.Close()
-	v := newVerifier()
-	for rows.Next() {
-		var row storedRow
-		if err := rows.Scan(&row.seq, &row.id, &row.timeNS, &row.kind, &row.tenant, &row.status, &row.execP, &row.egressP, &row.session, &row.code, &row.subj, &row.body, &row.prevHash, &row.hash); err != nil {
-			return nil, err
-		}
-		if !v.next(&row) {
-			return v.rep, nil
-		}
-	}
-	return v.rep, rows.Err()
+	return verifyRows(rows)
 }
 
 // Head implements Log.
 func (p *Postgres) Head(ctx context.Context) (Anchor, error) {
-	var a Anchor
-	err := p.pool.QueryRow(ctx, `SELECT seq, hash FROM audit_records ORDER BY seq DESC LIMIT 1`).Scan(&a.Seq, &a.Hash)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return Anchor{}, nil
-	}
-	if err != nil {
-		return Anchor{}, fmt.Errorf("audit: reading the head: %w", err)
-	}
-	return a, nil
+	return head(p.pool.QueryRow(ctx, `SELECT seq, hash FROM audit_records ORDER BY seq DESC LIMIT 1`))
 }
 
 // CheckAnchors checks anchors against the chain rep found intact (see

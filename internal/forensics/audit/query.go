@@ -83,18 +83,14 @@ func buildQuery(f Filter, recs, hosts, sessions string, ph func(n int) string) (
 
 // page turns the rows of a builtQuery (seq, body, hash) into records and
 // the next page's cursor.
-func page(next func(seq *int64, body *[]byte, hash *string) (bool, error), limit int) ([]Record, string, error) {
+func page(rs rows, limit int) ([]Record, string, error) {
 	out := []Record{}
-	for {
+	for rs.Next() {
 		var seq int64
 		var body []byte
 		var hash string
-		ok, err := next(&seq, &body, &hash)
-		if err != nil {
+		if err := rs.Scan(&seq, &body, &hash); err != nil {
 			return nil, "", err
-		}
-		if !ok {
-			break
 		}
 		var r Record
 		if err := json.Unmarshal(body, &r); err != nil {
@@ -102,6 +98,9 @@ func page(next func(seq *int64, body *[]byte, hash *string) (bool, error), limit
 		}
 		r.Hash = hash
 		out = append(out, r)
+	}
+	if err := rs.Err(); err != nil {
+		return nil, "", err
 	}
 	cursor := ""
 	if len(out) > limit {

@@ -3,7 +3,6 @@ package audit
 import (
 	"context"
 	"database/sql"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"path/filepath"
@@ -182,7 +181,7 @@ func (s *SQLite) commitBatch(batch []*appendReq) error {
 		return fmt.Errorf("audit: %w", err)
 	}
 	defer tx.Rollback()
-	ins, err := tx.PrepareContext(ctx, `INSERT INTO records (seq, id, time_ns, kind, tenant, status, exec_profile, egress_profile, session, code_sha256, subject, body, prev_hash, hash)
+	ins, err := tx.PrepareContext(ctx, `INSERT INTO records (`+storedCols+`)
 		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`)
 	if err != nil {
 		return fmt.Errorf("audit: %w", err)
@@ -240,21 +239,7 @@ func (s *SQLite) Close() error {
 
 // Get implements Log.
 func (s *SQLite) Get(ctx context.Context, id string) (*Record, error) {
-	var body []byte
-	var hash string
-	err := s.db.QueryRowContext(ctx, `SELECT body, hash FROM records WHERE id = ?`, id).Scan(&body, &hash)
-	if errors.Is(err, sql.ErrNoRows) {
-		return nil, ErrNotFound
-	}
-	if err != nil {
-		return nil, err
-	}
-	var r Record
-	if err := json.Unmarshal(body, &r); err != nil {
-		return nil, fmt.Errorf("audit record %s is malformed: %w", id, err)
-	}
-	r.Hash = hash
-	return &r, nil
+	return getRecord(s.db.QueryRowContext(ctx, `SELECT body, hash FROM records WHERE id = ?`, id), id)
 }
 
 // Query implements Log.
@@ -268,12 +253,7 @@ func (s *SQLite) Query(ctx context.Context, f Filter) ([]Record, string, error) 
 		return nil, "", err
 	}
 	defer rows.Close()
-	return page(func(seq *int64, body *[]byte, hash *string) (bool, error) {
-		if !rows.Next() {
-			return false, rows.Err()
-		}
-		return true, rows.Scan(seq, body, hash)
-	}, q.limit)
+	return page(rows, q.limit)
 }
 
 // Verify implements Log: it checks that sequence numbers run 1, 2, 3, ...
@@ -281,22 +261,12 @@ func (s *SQLite) Query(ctx context.Context, f Filter) ([]Record, string, error) 
 // each hash is the sha256 of the record's body, and that the indexed
 // columns agree with the body.
 func (s *SQLite) Verify(ctx context.Context) (*Report, error) {
-	rows, err := s.db.QueryContext(ctx, `SELECT seq, id, time_ns, kind, tenant, status, exec_profile, egress_profile, session, code_sha256, subject, body, prev_hash, hash FROM records ORDER BY seq`)
+	rows, err := s.db.QueryContext(ctx, `SELECT `+storedCols+` FROM records ORDER BY seq`)
 	if err != nil {
 		return nil, err
 	}
 	defer rows.Close()
-	v := newVerifier()
-	for rows.Next() {
-		var row storedRow
-		if err := rows.Scan(&row.seq, &row.id, &row.timeNS, &row.kind, &row.tenant, &row.status, &row.execP, &row.egressP, &row.session, &row.code, &row.subj, &row.body, &row.prevHash, &row.hash); err != nil {
-			return nil, err
-		}
-		if !v.next(&row) {
-			return v.rep, nil
-		}
-	}
-	return v.rep, rows.Err()
+	return verifyRows(rows)
 }
 
 var _ Log = (*SQLite)(nil)

@@ -199,48 +199,20 @@ func (s *SQLite) shardDir(addr string) string { return filepath.Join(s.dir, blob
 // directory (once for all the blobs of a Put) before it commits rows that
 // reference the blob.
 func (s *SQLite) writeBlob(addr string, content []byte) error {
-	f, err := os.CreateTemp(filepath.Join(s.dir, blobDir, tmpDir), addr[:16]+"-*")
-	if err != nil {
-		return err
-	}
-	tmp := f.Name()
-	ok := false
-	defer func() {
-		if !ok {
-			f.Close()
-			os.Remove(tmp)
+	return writeFile(filepath.Join(s.dir, blobDir, tmpDir), addr[:16]+"-*", content, s.noSync, "blob-written", func(tmp string) error {
+		if _, durable := s.shards.Load(addr[:2]); !durable {
+			// The shard directory's first blob (since Open): make the
+			// directory if need be, and its entry durable.
+			if err := os.Mkdir(s.shardDir(addr), 0o700); err != nil && !errors.Is(err, fs.ErrExist) {
+				return err
+			}
+			if err := s.syncDir(filepath.Join(s.dir, blobDir)); err != nil {
+				return err
+			}
+			s.shards.Store(addr[:2], true)
 		}
-	}()
-	if _, err := f.Write(content); err != nil {
-		return err
-	}
-	if err := hook("blob-written"); err != nil {
-		return err
-	}
-	if !s.noSync {
-		if err := f.Sync(); err != nil {
-			return err
-		}
-	}
-	if err := f.Close(); err != nil {
-		return err
-	}
-	if _, durable := s.shards.Load(addr[:2]); !durable {
-		// The shard directory's first blob (since Open): make the
-		// directory if need be, and its entry durable.
-		if err := os.Mkdir(s.shardDir(addr), 0o700); err != nil && !errors.Is(err, fs.ErrExist) {
-			return err
-		}
-		if err := s.syncDir(filepath.Join(s.dir, blobDir)); err != nil {
-			return err
-		}
-		s.shards.Store(addr[:2], true)
-	}
-	if err := os.Rename(tmp, s.blobPath(addr)); err != nil {
-		return err
-	}
-	ok = true
-	return nil
+		return os.Rename(tmp, s.blobPath(addr))
+	})
 }
 
 // readBlob reads and decodes the blob of a part.
@@ -425,20 +397,7 @@ func (s *SQLite) removeTemps() error {
 	return nil
 }
 
-func (s *SQLite) syncDir(dir string) error {
-	if s.noSync {
-		return nil
-	}
-	d, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	defer d.Close()
-	if err := d.Sync(); err != nil {
-		return fmt.Errorf("syncing %s: %w", dir, err)
-	}
-	return nil
-}
+func (s *SQLite) syncDir(dir string) error { return syncDir(dir, s.noSync) }
 
 // hook lets tests fail (and so interrupt) an operation at a named point.
 var hook = func(point string) error { return nil }

@@ -90,12 +90,12 @@ func deriveKeys(master []byte) (*keys, error) {
 	return &keys{addr: sub("address"), aead: aead, fingerprint: hex.EncodeToString(sub("fingerprint")[:8])}, nil
 }
 
-// address returns a blob's address: the hex sha256 of its content without
-// encryption, HMAC-SHA256 under the address key with it (so that the disk
-// does not confirm a guessed content).
-func (k *keys) address(data []byte, sum [32]byte) string {
+// address returns a blob's address: the hex sha256 of its content (sum)
+// without encryption, HMAC-SHA256 under the address key with it (so that
+// the disk does not confirm a guessed content).
+func (k *keys) address(data []byte, sum string) string {
 	if k == nil {
-		return hex.EncodeToString(sum[:])
+		return sum
 	}
 	m := hmac.New(sha256.New, k.addr)
 	m.Write(data)

@@ -124,45 +124,23 @@ func (l *LocalObjects) Put(ctx context.Context, key string, data []byte) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	f, err := os.CreateTemp(filepath.Join(l.dir, localTmp), "obj-*")
+	parent := filepath.Dir(p)
+	err = writeFile(filepath.Join(l.dir, localTmp), "obj-*", data, l.noSync, "", func(tmp string) error {
+		for attempt := 0; ; attempt++ {
+			if err := l.mkdirs(parent); err != nil {
+				return err
+			}
+			err := os.Rename(tmp, p)
+			if err == nil || !errors.Is(err, fs.ErrNotExist) || attempt == 2 {
+				return err
+			}
+			// Delete removed the directory, empty, meanwhile.
+			l.dirs.Delete(parent)
+		}
+	})
 	if err != nil {
 		return err
 	}
-	tmp := f.Name()
-	ok := false
-	defer func() {
-		if !ok {
-			f.Close()
-			os.Remove(tmp)
-		}
-	}()
-	if _, err := f.Write(data); err != nil {
-		return err
-	}
-	if !l.noSync {
-		if err := f.Sync(); err != nil {
-			return err
-		}
-	}
-	if err := f.Close(); err != nil {
-		return err
-	}
-	parent := filepath.Dir(p)
-	for attempt := 0; ; attempt++ {
-		if err := l.mkdirs(parent); err != nil {
-			return err
-		}
-		err := os.Rename(tmp, p)
-		if err == nil {
-			break
-		}
-		if !errors.Is(err, fs.ErrNotExist) || attempt == 2 {
-			return err
-		}
-		// Delete removed the directory, empty, meanwhile.
-		l.dirs.Delete(parent)
-	}
-	ok = true
 	return l.syncDir(parent)
 }
 
@@ -261,20 +239,7 @@ func (l *LocalObjects) List(ctx context.Context, prefix string, fn func(ObjectIn
 	return err
 }
 
-func (l *LocalObjects) syncDir(dir string) error {
-	if l.noSync {
-		return nil
-	}
-	d, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	defer d.Close()
-	if err := d.Sync(); err != nil {
-		return fmt.Errorf("syncing %s: %w", dir, err)
-	}
-	return nil
-}
+func (l *LocalObjects) syncDir(dir string) error { return syncDir(dir, l.noSync) }
 
 // S3Config says where S3Objects keeps objects.
 type S3Config struct {

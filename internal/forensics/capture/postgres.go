@@ -3,7 +3,6 @@ package capture
 import (
 	"context"
 	"crypto/rand"
-	"crypto/sha256"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -11,7 +10,6 @@ import (
 	"log/slog"
 	"regexp"
 	"strconv"
-	"strings"
 	"sync"
 	"time"
 
@@ -295,19 +293,9 @@ func objectBind(key string) string { return "object " + key }
 // Put implements Store. A capture of a held tenant is held from the start;
 // c.Hold, c.TenantHold and c.Erased are not stored.
 func (s *Postgres) Put(ctx context.Context, c *Capture) error {
-	if c.ID == "" {
-		c.ID = newID()
-	}
-	if c.CreatedAt.IsZero() {
-		c.CreatedAt = time.Now()
-	}
-	c.CreatedAt = c.CreatedAt.Round(0).UTC()
-	if err := check(c); err != nil {
+	inline, meta, err := prepare(ctx, c, s.keys, s.inlineMax)
+	if err != nil {
 		return err
-	}
-	c.ExpiresAt = time.Time{}
-	if c.Retention > 0 {
-		c.ExpiresAt = c.CreatedAt.Add(c.Retention)
 	}
 	n := len(c.Parts)
 	var (
@@ -317,32 +305,15 @@ func (s *Postgres) Put(ctx context.Context, c *Capture) error {
 		sizes   = make([]int64, n)
 		sums    = make([]string, n)
 		objects = make([]*string, n)
-		inline  = make([][]byte, n)
 		keys    []string
 	)
-	for i := range c.Parts {
-		p := &c.Parts[i]
-		sum := sha256.Sum256(p.Data)
-		p.Size, p.SHA256 = int64(len(p.Data)), hex.EncodeToString(sum[:])
+	for i, p := range c.Parts {
 		idxs[i], names[i], types[i], sizes[i], sums[i] = int32(i), p.Name, p.ContentType, p.Size, p.SHA256
-		if len(p.Data) <= s.inlineMax {
-			v, err := s.keys.encodeInline(p.Data, c.ID, i)
-			if err != nil {
-				return fmt.Errorf("storing capture %s: %w", c.ID, err)
-			}
-			inline[i] = v
-			continue
+		if inline[i] == nil {
+			k := newObjectKey(c.ID, i)
+			objects[i] = &k
+			keys = append(keys, k)
 		}
-		k := newObjectKey(c.ID, i)
-		objects[i] = &k
-		keys = append(keys, k)
-	}
-	meta, err := s.keys.sealMeta(c.ID, c.Meta)
-	if err != nil {
-		return err
-	}
-	if err := ctx.Err(); err != nil {
-		return err
 	}
 	start := time.Now()
 	if err := s.putObjects(ctx, c, objects); err != nil {
@@ -432,53 +403,8 @@ func (s *Postgres) dropObjects(keys []string) {
 	}
 }
 
-const pgCapCols = `c.id, c.kind, c.tenant, c.key_id, c.request_id, c.created_at, c.retention, c.expires_at, c.meta, c.state,
-	c.erased_at, c.erased_by, c.erase_reason, c.held, c.hold_at, c.hold_by, c.hold_reason, h.at, h.by, h.reason`
-
+// pgCapFrom is the FROM clause of capCols.
 const pgCapFrom = ` FROM captures c LEFT JOIN capture_tenant_holds h ON h.tenant = c.tenant`
-
-// pgCapture is a captures row as scanned.
-type pgCapture struct {
-	c                                                Capture
-	created, retention, expires, erasedAt, holdAt    int64
-	meta                                             []byte
-	state, erasedBy, eraseReason, holdBy, holdReason string
-	held                                             bool
-	thAt                                             *int64
-	thBy, thReason                                   *string
-}
-
-func (r *pgCapture) dest() []any {
-	return []any{&r.c.ID, &r.c.Kind, &r.c.Tenant, &r.c.KeyID, &r.c.RequestID, &r.created, &r.retention, &r.expires, &r.meta, &r.state,
-		&r.erasedAt, &r.erasedBy, &r.eraseReason, &r.held, &r.holdAt, &r.holdBy, &r.holdReason, &r.thAt, &r.thBy, &r.thReason}
-}
-
-func (s *Postgres) finish(r *pgCapture) (*Capture, error) {
-	c := r.c
-	c.CreatedAt, c.Retention, c.ExpiresAt = fromNanos(r.created), time.Duration(r.retention), fromNanos(r.expires)
-	if r.state == "erased" {
-		c.Erased = &Erasure{By: r.erasedBy, Reason: r.eraseReason, At: fromNanos(r.erasedAt)}
-	}
-	if r.held {
-		c.Hold = &Hold{By: r.holdBy, Reason: r.holdReason, At: fromNanos(r.holdAt)}
-	}
-	if r.thAt != nil {
-		c.TenantHold = &Hold{By: deref(r.thBy), Reason: deref(r.thReason), At: fromNanos(*r.thAt)}
-	}
-	m, err := s.keys.openMeta(c.ID, r.meta)
-	if err != nil {
-		return nil, err
-	}
-	c.Meta = m
-	return &c, nil
-}
-
-func deref(p *string) string {
-	if p == nil {
-		return ""
-	}
-	return *p
-}
 
 // pgPart is a capture_parts row: its object key, or its inline value, or
 // neither once erased.
@@ -515,13 +441,13 @@ func (s *Postgres) Get(ctx context.Context, id string) (*Capture, error) {
 // read reads capture id and its parts (with inline data unless erased) in
 // one statement, so in one snapshot.
 func (s *Postgres) read(ctx context.Context, id string) (*Capture, []pgPart, error) {
-	rows, err := s.pool.Query(ctx, `SELECT `+pgCapCols+`, p.idx, p.name, p.content_type, p.size, p.sha256, p.object, p.data IS NOT NULL,
+	rows, err := s.pool.Query(ctx, `SELECT `+capCols+`, p.idx, p.name, p.content_type, p.size, p.sha256, p.object, p.data IS NOT NULL,
 		CASE WHEN c.state = 'live' THEN p.data END`+pgCapFrom+` LEFT JOIN capture_parts p ON p.capture_id = c.id WHERE c.id = $1 ORDER BY p.idx`, id)
 	if err != nil {
 		return nil, nil, fmt.Errorf("reading capture %s: %w", id, err)
 	}
 	defer rows.Close()
-	var r pgCapture
+	var r captureRow
 	var parts []pgPart
 	found := false
 	for rows.Next() {
@@ -545,7 +471,7 @@ func (s *Postgres) read(ctx context.Context, id string) (*Capture, []pgPart, err
 	if !found {
 		return nil, nil, ErrNotFound
 	}
-	c, err := s.finish(&r)
+	c, err := r.capture(s.keys)
 	if err != nil {
 		return nil, nil, fmt.Errorf("reading capture %s: %w", id, err)
 	}
@@ -722,17 +648,6 @@ func (s *Postgres) Delete(ctx context.Context, id string) error {
 	return nil
 }
 
-// reviewed checks what a reviewer's change needs.
-func reviewed(id, by, noBy string) error {
-	if strings.TrimSpace(by) == "" {
-		return errors.New(noBy)
-	}
-	if !validID(id) {
-		return ErrNotFound
-	}
-	return nil
-}
-
 // Erase implements Forensics. The tombstone keeps the capture's id,
 // tenant, key, request, kind, times and its parts' names, types, sizes and
 // digests; the content (objects, inline data) and Meta go.
@@ -809,11 +724,8 @@ func (s *Postgres) SetHold(ctx context.Context, id string, on bool, by, reason s
 // advisory lock: once it returns, no replica's removal that has not
 // committed can proceed past its hold check without seeing it.
 func (s *Postgres) SetTenantHold(ctx context.Context, tenant string, on bool, by, reason string) error {
-	if strings.TrimSpace(by) == "" {
-		return errors.New("setting a tenant hold: say who sets it (by)")
-	}
-	if tenant == "" {
-		return errors.New("setting a tenant hold: no tenant")
+	if err := checkTenantHold(tenant, by); err != nil {
+		return err
 	}
 	return pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1, hashtext($2))`, int32(lockTenant), tenant); err != nil {
@@ -837,18 +749,7 @@ func (s *Postgres) TenantHolds(ctx context.Context) (map[string]Hold, error) {
 		return nil, err
 	}
 	defer rows.Close()
-	out := map[string]Hold{}
-	for rows.Next() {
-		var t string
-		var h Hold
-		var at int64
-		if err := rows.Scan(&t, &at, &h.By, &h.Reason); err != nil {
-			return nil, err
-		}
-		h.At = fromNanos(at)
-		out[t] = h
-	}
-	return out, rows.Err()
+	return scanTenantHolds(rows)
 }
 
 // Sweep implements Forensics: it deletes (without tombstones) the live
@@ -883,26 +784,18 @@ func (s *Postgres) sweepOnce(ctx context.Context, now time.Time) (batch []Swept,
 		if err != nil {
 			return err
 		}
-		var cand []Swept
-		var tenants []string
-		for rows.Next() {
-			var w Swept
-			var created, expires int64
-			if err := rows.Scan(&w.ID, &w.Tenant, &w.Kind, &created, &expires); err != nil {
-				rows.Close()
-				return err
-			}
-			w.CreatedAt, w.ExpiresAt = fromNanos(created), fromNanos(expires)
-			cand = append(cand, w)
-			tenants = append(tenants, w.Tenant)
-		}
+		cand, err := scanSwept(rows)
 		rows.Close()
-		if err := rows.Err(); err != nil {
+		if err != nil {
 			return err
 		}
 		full = len(cand) == sweepBatch
 		if len(cand) == 0 {
 			return nil
+		}
+		tenants := make([]string, len(cand))
+		for i, w := range cand {
+			tenants[i] = w.Tenant
 		}
 		// A tenant hold placed since the query's snapshot is seen under
 		// the tenant's lock.
@@ -933,66 +826,24 @@ func (s *Postgres) sweepOnce(ctx context.Context, now time.Time) (batch []Swept,
 // List implements Forensics: captures (erased ones' tombstones too) whose
 // CreatedAt is in [Since, Until), newest first, metadata only.
 func (s *Postgres) List(ctx context.Context, f Filter) ([]Capture, string, error) {
-	limit := f.Limit
-	if limit <= 0 {
-		limit = 100
+	q, args, limit, err := listQuery(f, `SELECT `+capCols+pgCapFrom, func(n int) string { return "$" + strconv.Itoa(n) }, true)
+	if err != nil {
+		return nil, "", err
 	}
-	limit = min(limit, 1000)
-	var where []string
-	var args []any
-	arg := func(v any) string { args = append(args, v); return "$" + strconv.Itoa(len(args)) }
-	if f.Tenant != "" {
-		where = append(where, "c.tenant = "+arg(f.Tenant))
-	}
-	if f.Kind != "" {
-		where = append(where, "c.kind = "+arg(f.Kind))
-	}
-	if !f.Since.IsZero() {
-		where = append(where, "c.created_at >= "+arg(f.Since.UnixNano()))
-	}
-	if !f.Until.IsZero() {
-		where = append(where, "c.created_at < "+arg(f.Until.UnixNano()))
-	}
-	if f.Cursor != "" {
-		at, id, err := parseCursor(f.Cursor)
-		if err != nil {
-			return nil, "", err
-		}
-		where = append(where, "(c.created_at, c.id) < ("+arg(at)+", "+arg(id)+")")
-	}
-	q := `SELECT ` + pgCapCols + pgCapFrom
-	if len(where) > 0 {
-		q += ` WHERE ` + strings.Join(where, " AND ")
-	}
-	q += ` ORDER BY c.created_at DESC, c.id DESC LIMIT ` + arg(limit+1)
 	var out []Capture
-	more := false
+	next := ""
 	// One snapshot for the captures and their parts.
-	err := pgx.BeginTxFunc(ctx, s.pool, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
+	err = pgx.BeginTxFunc(ctx, s.pool, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
 		rows, err := tx.Query(ctx, q, args...)
 		if err != nil {
 			return err
 		}
-		for rows.Next() {
-			var r pgCapture
-			if err := rows.Scan(r.dest()...); err != nil {
-				rows.Close()
-				return err
-			}
-			c, err := s.finish(&r)
-			if err != nil {
-				rows.Close()
-				return err
-			}
-			out = append(out, *c)
-		}
+		out, err = scanCaptures(rows, s.keys)
 		rows.Close()
-		if err := rows.Err(); err != nil {
+		if err != nil {
 			return err
 		}
-		if more = len(out) > limit; more {
-			out = out[:limit]
-		}
+		out, next = nextCursor(out, limit)
 		ids := make([]string, len(out))
 		at := map[string]int{}
 		for i, c := range out {
@@ -1016,11 +867,6 @@ func (s *Postgres) List(ctx context.Context, f Filter) ([]Capture, string, error
 	})
 	if err != nil {
 		return nil, "", err
-	}
-	next := ""
-	if more {
-		last := out[limit-1]
-		next = makeCursor(last.CreatedAt.UnixNano(), last.ID)
 	}
 	return out, next, nil
 }

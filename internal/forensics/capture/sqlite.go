@@ -2,10 +2,8 @@ package capture
 
 import (
 	"context"
-	"crypto/sha256"
 	"database/sql"
 	"encoding/base64"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -397,59 +395,23 @@ func fromNanos(v int64) time.Time {
 	return time.Unix(0, v).UTC()
 }
 
-// sealMeta returns the Meta column (see keys.sealMeta).
-func (s *SQLite) sealMeta(id string, m map[string]string) ([]byte, error) {
-	return s.keys.sealMeta(id, m)
-}
-
-func (s *SQLite) openMeta(id string, b []byte) (map[string]string, error) {
-	return s.keys.openMeta(id, b)
-}
-
 // Put implements Store. A capture of a held tenant is held from the start
 // (the tenant hold covers future captures); c.Hold, c.TenantHold and
 // c.Erased are not stored.
 func (s *SQLite) Put(ctx context.Context, c *Capture) error {
-	if c.ID == "" {
-		c.ID = newID()
-	}
-	if c.CreatedAt.IsZero() {
-		c.CreatedAt = time.Now()
-	}
-	c.CreatedAt = c.CreatedAt.Round(0).UTC()
-	if err := check(c); err != nil {
+	inline, meta, err := prepare(ctx, c, s.keys, s.inlineMax)
+	if err != nil {
 		return err
-	}
-	c.ExpiresAt = time.Time{}
-	if c.Retention > 0 {
-		c.ExpiresAt = c.CreatedAt.Add(c.Retention)
 	}
 	// A part is either inline (data, sealed and bound to its row) or a
 	// blob (addrs[i], its file written below).
 	addrs := make([]string, len(c.Parts))
-	inline := make([][]byte, len(c.Parts))
 	blobs := false
-	for i := range c.Parts {
-		p := &c.Parts[i]
-		sum := sha256.Sum256(p.Data)
-		p.Size, p.SHA256 = int64(len(p.Data)), hex.EncodeToString(sum[:])
-		if len(p.Data) <= s.inlineMax {
-			v, err := s.keys.encodeInline(p.Data, c.ID, i)
-			if err != nil {
-				return fmt.Errorf("storing capture %s: %w", c.ID, err)
-			}
-			inline[i] = v
-			continue
+	for i, p := range c.Parts {
+		if inline[i] == nil {
+			addrs[i] = s.keys.address(p.Data, p.SHA256)
+			blobs = true
 		}
-		addrs[i] = s.keys.address(p.Data, sum)
-		blobs = true
-	}
-	meta, err := s.sealMeta(c.ID, c.Meta)
-	if err != nil {
-		return err
-	}
-	if err := ctx.Err(); err != nil {
-		return err
 	}
 	if blobs {
 		unlock, err := s.blobLock(false)
@@ -552,40 +514,18 @@ func (s *SQLite) writeBlobs(c *Capture, addrs []string) error {
 	return errors.Join(errs...)
 }
 
-const capCols = `c.id, c.kind, c.tenant, c.key_id, c.request_id, c.created_at, c.retention, c.expires_at, c.meta, c.state,
-	c.erased_at, c.erased_by, c.erase_reason, c.held, c.hold_at, c.hold_by, c.hold_reason, h.at, h.by, h.reason
-	FROM captures c LEFT JOIN tenant_holds h ON h.tenant = c.tenant`
+// capFrom is the FROM clause of capCols.
+const capFrom = ` FROM captures c LEFT JOIN tenant_holds h ON h.tenant = c.tenant`
 
 func (s *SQLite) scanCapture(row interface{ Scan(...any) error }) (*Capture, error) {
-	c := &Capture{}
-	var created, retention, expires, erasedAt, held, holdAt int64
-	var meta []byte
-	var state, erasedBy, eraseReason, holdBy, holdReason string
-	var thAt sql.NullInt64
-	var thBy, thReason sql.NullString
-	if err := row.Scan(&c.ID, &c.Kind, &c.Tenant, &c.KeyID, &c.RequestID, &created, &retention, &expires, &meta, &state,
-		&erasedAt, &erasedBy, &eraseReason, &held, &holdAt, &holdBy, &holdReason, &thAt, &thBy, &thReason); err != nil {
+	var r captureRow
+	if err := row.Scan(r.dest()...); err != nil {
 		if errors.Is(err, sql.ErrNoRows) {
 			return nil, ErrNotFound
 		}
 		return nil, err
 	}
-	c.CreatedAt, c.Retention, c.ExpiresAt = fromNanos(created), time.Duration(retention), fromNanos(expires)
-	if state == "erased" {
-		c.Erased = &Erasure{By: erasedBy, Reason: eraseReason, At: fromNanos(erasedAt)}
-	}
-	if held != 0 {
-		c.Hold = &Hold{By: holdBy, Reason: holdReason, At: fromNanos(holdAt)}
-	}
-	if thAt.Valid {
-		c.TenantHold = &Hold{By: thBy.String, Reason: thReason.String, At: fromNanos(thAt.Int64)}
-	}
-	m, err := s.openMeta(c.ID, meta)
-	if err != nil {
-		return nil, err
-	}
-	c.Meta = m
-	return c, nil
+	return r.capture(s.keys)
 }
 
 // partRow is a part as stored: its blob address, or its inline value
@@ -641,7 +581,7 @@ func (s *SQLite) Get(ctx context.Context, id string) (*Capture, error) {
 		return nil, err
 	}
 	defer tx.Rollback()
-	c, err := s.scanCapture(tx.QueryRowContext(ctx, `SELECT `+capCols+` WHERE c.id = ?`, id))
+	c, err := s.scanCapture(tx.QueryRowContext(ctx, `SELECT `+capCols+capFrom+` WHERE c.id = ?`, id))
 	if err != nil {
 		if errors.Is(err, ErrNotFound) {
 			return nil, err
@@ -779,11 +719,8 @@ func (s *SQLite) Delete(ctx context.Context, id string) error {
 // id (an erasure, a hold). by must say who makes it (noBy is the error
 // when it does not); an id that cannot exist is ErrNotFound.
 func (s *SQLite) beginReviewed(ctx context.Context, id, by, noBy string) (*sql.Tx, error) {
-	if strings.TrimSpace(by) == "" {
-		return nil, errors.New(noBy)
-	}
-	if !validID(id) {
-		return nil, ErrNotFound
+	if err := reviewed(id, by, noBy); err != nil {
+		return nil, err
 	}
 	return s.wdb.BeginTx(ctx, nil)
 }
@@ -899,11 +836,8 @@ func (s *SQLite) SetHold(ctx context.Context, id string, on bool, by, reason str
 // SetTenantHold implements Forensics: the hold covers every capture of the
 // tenant, stored or to come, until lifted. by must be set.
 func (s *SQLite) SetTenantHold(ctx context.Context, tenant string, on bool, by, reason string) error {
-	if strings.TrimSpace(by) == "" {
-		return errors.New("setting a tenant hold: say who sets it (by)")
-	}
-	if tenant == "" {
-		return errors.New("setting a tenant hold: no tenant")
+	if err := checkTenantHold(tenant, by); err != nil {
+		return err
 	}
 	var err error
 	if on {
@@ -922,18 +856,7 @@ func (s *SQLite) TenantHolds(ctx context.Context) (map[string]Hold, error) {
 		return nil, err
 	}
 	defer rows.Close()
-	out := map[string]Hold{}
-	for rows.Next() {
-		var t string
-		var h Hold
-		var at int64
-		if err := rows.Scan(&t, &at, &h.By, &h.Reason); err != nil {
-			return nil, err
-		}
-		h.At = fromNanos(at)
-		out[t] = h
-	}
-	return out, rows.Err()
+	return scanTenantHolds(rows)
 }
 
 // sweepBatch bounds the captures one Sweep transaction deletes.
@@ -980,19 +903,9 @@ func (s *SQLite) sweepOnce(ctx context.Context, now time.Time) ([]Swept, []strin
 	if err != nil {
 		return nil, nil, err
 	}
-	var batch []Swept
-	for rows.Next() {
-		var w Swept
-		var created, expires int64
-		if err := rows.Scan(&w.ID, &w.Tenant, &w.Kind, &created, &expires); err != nil {
-			rows.Close()
-			return nil, nil, err
-		}
-		w.CreatedAt, w.ExpiresAt = fromNanos(created), fromNanos(expires)
-		batch = append(batch, w)
-	}
+	batch, err := scanSwept(rows)
 	rows.Close()
-	if err := rows.Err(); err != nil {
+	if err != nil {
 		return nil, nil, err
 	}
 	var zero []string
@@ -1021,39 +934,10 @@ func (s *SQLite) sweepOnce(ctx context.Context, now time.Time) ([]Swept, []strin
 // List implements Forensics: captures (erased ones' tombstones too) whose
 // CreatedAt is in [Since, Until), newest first, metadata only.
 func (s *SQLite) List(ctx context.Context, f Filter) ([]Capture, string, error) {
-	limit := f.Limit
-	if limit <= 0 {
-		limit = 100
+	q, args, limit, err := listQuery(f, `SELECT `+capCols+capFrom, func(int) string { return "?" }, false)
+	if err != nil {
+		return nil, "", err
 	}
-	limit = min(limit, 1000)
-	var where []string
-	var args []any
-	if f.Tenant != "" {
-		where, args = append(where, "c.tenant = ?"), append(args, f.Tenant)
-	}
-	if f.Kind != "" {
-		where, args = append(where, "c.kind = ?"), append(args, f.Kind)
-	}
-	if !f.Since.IsZero() {
-		where, args = append(where, "c.created_at >= ?"), append(args, f.Since.UnixNano())
-	}
-	if !f.Until.IsZero() {
-		where, args = append(where, "c.created_at < ?"), append(args, f.Until.UnixNano())
-	}
-	if f.Cursor != "" {
-		at, id, err := parseCursor(f.Cursor)
-		if err != nil {
-			return nil, "", err
-		}
-		where = append(where, "(c.created_at < ? OR (c.created_at = ? AND c.id < ?))")
-		args = append(args, at, at, id)
-	}
-	q := `SELECT ` + capCols
-	if len(where) > 0 {
-		q += ` WHERE ` + strings.Join(where, " AND ")
-	}
-	q += ` ORDER BY c.created_at DESC, c.id DESC LIMIT ?`
-	args = append(args, limit+1)
 	tx, err := s.rdb.BeginTx(ctx, &sql.TxOptions{ReadOnly: true})
 	if err != nil {
 		return nil, "", err
@@ -1063,25 +947,12 @@ func (s *SQLite) List(ctx context.Context, f Filter) ([]Capture, string, error) 
 	if err != nil {
 		return nil, "", err
 	}
-	var out []Capture
-	for rows.Next() {
-		c, err := s.scanCapture(rows)
-		if err != nil {
-			rows.Close()
-			return nil, "", err
-		}
-		out = append(out, *c)
-	}
+	out, err := scanCaptures(rows, s.keys)
 	rows.Close()
-	if err := rows.Err(); err != nil {
+	if err != nil {
 		return nil, "", err
 	}
-	next := ""
-	if len(out) > limit {
-		out = out[:limit]
-		last := out[limit-1]
-		next = makeCursor(last.CreatedAt.UnixNano(), last.ID)
-	}
+	out, next := nextCursor(out, limit)
 	for i := range out {
 		parts, err := queryParts(ctx, tx, out[i].ID, false)
 		if err != nil {

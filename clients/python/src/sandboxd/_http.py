@@ -1,5 +1,6 @@
 """What the sync and async clients share: requests as data, the retry
-policy, idempotency keys, error answers and server-sent events."""
+policy and the sending it drives (:func:`send`), idempotency keys, error
+answers and a streamed run's server-sent events."""
 
 from __future__ import annotations
 
@@ -11,11 +12,11 @@ import time
 import uuid
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Generator, Mapping, NamedTuple, Union
 
 import httpx
 
-from .errors import APIError
+from .errors import APIError, ConnectionFailed, StreamError
 
 HEADER_IDEMPOTENCY_KEY = "Idempotency-Key"
 HEADER_SESSION = "X-Session-Id"
@@ -26,6 +27,10 @@ REFUSED_BEFORE_RUNNING = frozenset({"BUSY", "RATE_LIMITED", "IN_PROGRESS", "SESS
 
 # Transport errors raised before the request could reach sandboxd.
 _NOT_SENT = (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout)
+
+#: Called with each piece of a streamed run's output (the async client
+#: awaits what it returns when that is awaitable).
+OutputCallback = Callable[[str], Any]
 
 
 @dataclass
@@ -47,6 +52,9 @@ class Request:
     timeout: float | None = None
     # Statuses besides 2xx answered as a Response, not raised (readiness).
     ok_statuses: frozenset[int] = frozenset()
+    # A streamed run's output callbacks by stream ("stdout", "stderr"):
+    # the drivers read its answer as server-sent events (EventStream).
+    on_output: Mapping[str, OutputCallback | None] | None = None
     body: bytes | None = field(default=None, init=False)
 
     def __post_init__(self) -> None:
@@ -64,7 +72,8 @@ class Request:
 
 @dataclass
 class Response:
-    """A successful answer."""
+    """An answer: the drivers hand every answer to :func:`send`, which
+    returns the successful one."""
 
     status: int
     headers: httpx.Headers
@@ -204,6 +213,45 @@ def idempotency_key(op: str, *, key: str | None = None, run_id: str | None = Non
     return "sbx-" + digest[:48]
 
 
+#: What :func:`send` yields: an attempt to send, or a wait.
+Step = Union[Request, Sleep]
+
+
+def send(req: Request, policy: RetryPolicy) -> Generator[Step, Any, Response]:
+    """Send ``req`` as ``policy`` allows, without I/O: it yields each
+    attempt (``req`` itself, which the driver sends once and answers with
+    the :class:`Response`, whatever its status, or throws the
+    ``httpx.TransportError`` into the generator) and the waits between;
+    it returns the successful answer, or raises the error answer or
+    :class:`ConnectionFailed`."""
+    attempt = 0
+    while True:
+        try:
+            resp = yield req
+        except httpx.TransportError as e:
+            delay = policy.after_transport_error(attempt, req, e)
+            if delay is None:
+                raise connection_failed(req, e, attempt + 1) from e
+        else:
+            if resp.status < 400 or resp.status in req.ok_statuses:
+                return resp
+            err = error_from_response(resp.status, resp.headers, resp.content)
+            delay = policy.after_error(attempt, req, err)
+            if delay is None:
+                raise err
+        yield Sleep(delay)
+        attempt += 1
+
+
+def connection_failed(req: Request, e: Exception, attempts: int) -> ConnectionFailed:
+    """The error of a request that could not get an answer."""
+    what = "timed out waiting for the answer" if isinstance(e, httpx.TimeoutException) else f"{type(e).__name__}: {e}"
+    msg = f"{req.method} {req.path}: {what} (after {attempts} attempt{'s' if attempts != 1 else ''})"
+    if req.idempotency_key:
+        msg += f"; call again with the same key ({req.idempotency_key}) to get its answer without running it twice"
+    return ConnectionFailed(msg, attempts=attempts, idempotency_key=req.idempotency_key)
+
+
 class SSEParser:
     """Server-sent events, line by line: ``feed`` takes one line (without
     its end) and returns the event it completes, as ``(name, data)``."""
@@ -234,6 +282,62 @@ class SSEParser:
     def finish(self) -> tuple[str, str] | None:
         """The event left when the stream ended without a blank line."""
         return self.feed("") if self._data else None
+
+
+def is_event_stream(status: int, headers: httpx.Headers) -> bool:
+    """Whether a streamed run's answer is server-sent events (otherwise it
+    is an error answer, or the result as JSON, read whole)."""
+    return status < 400 and "text/event-stream" in headers.get("Content-Type", "")
+
+
+class Output(NamedTuple):
+    """A piece of a streamed run's output, for its callback."""
+
+    callback: OutputCallback
+    text: str
+
+
+class EventStream:
+    """A streamed run's server-sent events, line by line, without I/O.
+
+    ``feed`` takes each line and ``end`` the end of the stream; both return
+    the :class:`Output` to hand a callback, if any. The ``result`` event
+    sets ``result``, the answer the stream stands for (its body the
+    result's JSON, as a run that is not streamed answers); an ``error``
+    event raises its :class:`APIError`."""
+
+    def __init__(self, callbacks: Mapping[str, OutputCallback | None], status: int, headers: httpx.Headers) -> None:
+        self._callbacks = callbacks
+        self._status = status
+        self._headers = headers
+        self._parser = SSEParser()
+        self.result: Response | None = None
+
+    def feed(self, line: str) -> Output | None:
+        ev = self._parser.feed(line)
+        return None if ev is None else self._event(ev)
+
+    def end(self) -> Output | None:
+        """The event left when the stream ended without a blank line."""
+        ev = self._parser.finish()
+        return None if ev is None else self._event(ev)
+
+    def outcome(self) -> Response:
+        """The result after the end; :class:`StreamError` without one."""
+        if self.result is None:
+            raise StreamError("the stream ended without a result event; the run was killed when the connection closed")
+        return self.result
+
+    def _event(self, ev: tuple[str, str]) -> Output | None:
+        name, data = ev
+        if name in ("stdout", "stderr"):
+            cb = self._callbacks.get(name)
+            return None if cb is None else Output(cb, json.loads(data).get("text", ""))
+        if name == "result":
+            self.result = Response(self._status, self._headers, data.encode())
+        elif name == "error":
+            raise APIError.from_body(json.loads(data).get("error") or {}, request_id=self._headers.get("X-Request-Id"))
+        return None
 
 
 def monotonic() -> float:

@@ -2,21 +2,25 @@
 
 Each operation is a generator that yields the requests it needs
 (:class:`Request`, or :class:`Sleep` between polls) and receives their
-answers; the sync and the async client drive the same generators with
-their own I/O (a "sans-I/O" core). The drivers retry, raise error answers
-into the generator and return what it returns.
+answers; :func:`steps` adds the retries (:func:`_http.send`) and raises
+error answers into it. The sync and the async client carry out the same
+steps with their own I/O (a "sans-I/O" core): each attempt sent once,
+each wait slept.
 """
 
 from __future__ import annotations
 
 import base64
+import json
 import os
 from datetime import datetime
 from typing import Any, Generator, Iterable, Mapping, Sequence, Union
 from urllib.parse import quote
 
+import httpx
+
 from . import _http, tools
-from ._http import HEADER_IDEMPOTENCY_KEY, HEADER_SESSION, Request, Response, Sleep
+from ._http import HEADER_IDEMPOTENCY_KEY, HEADER_SESSION, OutputCallback, Request, Response, RetryPolicy, Sleep, Step
 from .errors import APIError, ConnectionFailed, Interrupted
 from .types import (
     AuditPage,
@@ -52,6 +56,38 @@ def base_url(url: str | None) -> str:
 
 def api_key(key: str | None) -> str | None:
     return key if key is not None else os.environ.get("SANDBOXD_KEY")
+
+
+def http_options(url: str, key: str | None, headers: Mapping[str, str] | None, timeout: float) -> dict[str, Any]:
+    """The settings of either client's httpx client (key: see api_key)."""
+    h = {"User-Agent": "sandboxd-python/0.1", **dict(headers or {})}
+    key = api_key(key)
+    if key:
+        h["Authorization"] = "Bearer " + key
+    return dict(base_url=url, headers=h, timeout=httpx.Timeout(timeout, connect=10.0))
+
+
+def steps(op: Op, policy: RetryPolicy) -> Generator[Step, Any, Any]:
+    """The steps of running ``op``: each request it yields sent as
+    ``policy`` allows (:func:`_http.send`: the attempts and the waits
+    between them, for the driver to carry out), the error answers and
+    :class:`ConnectionFailed` raised into it, its own waits passed on; it
+    returns what ``op`` returns."""
+    try:
+        step = next(op)
+        while True:
+            if isinstance(step, Sleep):
+                yield step
+                step = op.send(None)
+                continue
+            try:
+                resp = yield from _http.send(step, policy)
+            except (APIError, ConnectionFailed) as e:
+                step = op.throw(e)
+                continue
+            step = op.send(resp)
+    except StopIteration as stop:
+        return stop.value
 
 
 def files_json(files: Files | None) -> list[dict[str, str]] | None:
@@ -157,9 +193,21 @@ class Core:
         key = _http.idempotency_key("exec", key=idempotency_key, run_id=run_id, step=step)
         return Request("POST", "/exec", json=body, headers=self._headers(agent_session, key), replay_safe=True, timeout=timeout)
 
-    def op_run(self, body: dict[str, Any], **kw: Any) -> Op:
-        resp: Response = yield self._exec_request(body, **kw)
-        return ExecResult.from_json(resp.json(), replayed=resp.replayed, request_id=resp.request_id)
+    def op_run(self, body: dict[str, Any], *, on_stdout: OutputCallback | None = None, on_stderr: OutputCallback | None = None,
+               run_id: Any, step: Any, idempotency_key: str | None, agent_session: str | None, timeout: float | None) -> Op:
+        if on_stdout is None and on_stderr is None:
+            resp: Response = yield self._exec_request(body, run_id=run_id, step=step, idempotency_key=idempotency_key,
+                                                      agent_session=agent_session, timeout=timeout)
+            return ExecResult.from_json(resp.json(), replayed=resp.replayed, request_id=resp.request_id)
+        # Streamed: the output goes to the callbacks as it comes (server-sent
+        # events), the answer stands for the result event.
+        if run_id is not None or step is not None or idempotency_key is not None:
+            raise ValueError("a streamed run takes no idempotency key (run_id, step, idempotency_key): a stream cannot be replayed")
+        headers = self._headers(agent_session)
+        headers["Accept"] = "text/event-stream"
+        resp = yield Request("POST", "/exec", json=body, headers=headers, timeout=timeout,
+                             on_output={"stdout": on_stdout, "stderr": on_stderr})
+        return ExecResult.from_json(json.loads(resp.content), request_id=resp.request_id)
 
     def op_submit(self, body: dict[str, Any], **kw: Any) -> Op:
         resp: Response = yield self._exec_request(dict(body, **{"async": True}), **kw)
@@ -250,6 +298,8 @@ class Core:
     # -- usage, review, service -------------------------------------------
 
     def op_usage(self, session: str | None, tenant: str | None) -> Op:
+        if not session and not tenant:
+            raise ValueError("name a session= or a tenant=")
         resp: Response = yield Request("GET", "/usage", params={"session": session, "tenant": tenant}, headers=self._headers(), replay_safe=True)
         return UsageReport.from_json(resp.json())
 
@@ -289,6 +339,7 @@ class Core:
         return TenantHold.from_json(resp.json())
 
     def op_tools(self, format: str) -> Op:
+        tools.check_format(format, tools.TOOL_FORMATS)
         resp: Response = yield Request("GET", "/tools", params={"format": format}, headers=self._headers(), replay_safe=True)
         return list((resp.json() or {}).get("tools") or [])
 
@@ -341,6 +392,14 @@ class Core:
             return tools.refusal(e.code or f"HTTP {e.status}", e.field, e.message, e.retry_after, {"error": e.body} if e.body else None)
         except ConnectionFailed as e:
             return tools.ToolOutput(f"sandboxd could not be reached ({e}); the call may not have run. Try again later.", is_error=True)
+
+    def op_request(self, method: str, path: str, *, json: Any, params: Mapping[str, Any] | None,
+                   replay_safe: bool | None) -> Op:
+        """Any endpoint; its JSON answer."""
+        method = method.upper()
+        safe = method in ("GET", "HEAD", "DELETE") if replay_safe is None else replay_safe
+        resp: Response = yield Request(method, path, params=params, json=json, headers=self._headers(), replay_safe=safe)
+        return resp.json()
 
     def op_health(self) -> Op:
         resp: Response = yield Request("GET", "/healthz", replay_safe=True)

@@ -5,20 +5,16 @@ from __future__ import annotations
 
 import asyncio
 import inspect
-import json
 from types import TracebackType
 from typing import Any, AsyncIterator, Awaitable, Callable, Generator, Mapping, Sequence, Union
 
 import httpx
 
 from . import _http
-from ._http import Request, Response, RetryPolicy, SSEParser, Sleep
-from ._ops import Core, Files, LimitsArg, Op, exec_body, fetch_body
-from ._ops import api_key as api_key_of
+from ._http import Output, Request, Response, RetryPolicy, Sleep
+from ._ops import Core, Files, LimitsArg, Op, exec_body, fetch_body, http_options, steps
 from ._ops import base_url as base_url_of
-from .client import _connection_failed
-from .errors import APIError, ConnectionFailed, NotFound, StreamError
-from .tools import TOOL_FORMATS, check_format
+from .errors import APIError, ConnectionFailed, NotFound
 from .types import (
     AuditPage,
     AuditRecord,
@@ -65,12 +61,7 @@ class AsyncClient:
         self._core = Core(agent_session)
         self.retry = retry or RetryPolicy()
         self.base_url = base_url_of(base_url)
-        h = {"User-Agent": "sandboxd-python/0.1", **dict(headers or {})}
-        key = api_key_of(api_key)
-        if key:
-            h["Authorization"] = "Bearer " + key
-        self._http = httpx.AsyncClient(base_url=self.base_url, headers=h, timeout=httpx.Timeout(timeout, connect=10.0),
-                                       transport=transport)
+        self._http = httpx.AsyncClient(transport=transport, **http_options(self.base_url, api_key, headers, timeout))
 
     async def aclose(self) -> None:
         """Close the connections."""
@@ -87,44 +78,43 @@ class AsyncClient:
         """The ``X-Session-Id`` sent with every call (``None``: none)."""
         return self._core.agent_session
 
-    async def _send(self, req: Request) -> Response:
-        attempt = 0
+    async def _drive(self, op: Op) -> Any:
+        """As :meth:`sandboxd.Client._drive`, awaiting the I/O."""
+        run = steps(op, self.retry)
+        answer: Response | None = None
+        error: httpx.TransportError | None = None
         while True:
             try:
-                r = await self._http.request(req.method, req.path, params=req.params, content=req.body, headers=req.headers,
-                                             timeout=req.timeout if req.timeout is not None else httpx.USE_CLIENT_DEFAULT)
-            except httpx.TransportError as e:
-                delay = self.retry.after_transport_error(attempt, req, e)
-                if delay is None:
-                    raise _connection_failed(req, e, attempt + 1) from e
-                await asyncio.sleep(delay)
-                attempt += 1
+                step = run.send(answer) if error is None else run.throw(error)
+            except StopIteration as stop:
+                return stop.value
+            answer, error = None, None
+            if isinstance(step, Sleep):
+                await asyncio.sleep(step.seconds)
                 continue
-            if r.status_code < 400 or r.status_code in req.ok_statuses:
-                return Response(r.status_code, r.headers, r.content)
-            err = _http.error_from_response(r.status_code, r.headers, r.content)
-            delay = self.retry.after_error(attempt, req, err)
-            if delay is None:
-                raise err
-            await asyncio.sleep(delay)
-            attempt += 1
+            try:
+                answer = await self._attempt(step)
+            except httpx.TransportError as e:
+                error = e
 
-    async def _drive(self, op: Op) -> Any:
-        try:
-            step = next(op)
-            while True:
-                try:
-                    if isinstance(step, Sleep):
-                        await asyncio.sleep(step.seconds)
-                        out: Any = None
-                    else:
-                        out = await self._send(step)
-                except (APIError, ConnectionFailed) as e:
-                    step = op.throw(e)
-                    continue
-                step = op.send(out)
-        except StopIteration as stop:
-            return stop.value
+    async def _attempt(self, req: Request) -> Response:
+        """As :meth:`sandboxd.Client._attempt`; a callback may be a
+        coroutine function."""
+        timeout = req.timeout if req.timeout is not None else httpx.USE_CLIENT_DEFAULT
+        if req.on_output is None:
+            r = await self._http.request(req.method, req.path, params=req.params, content=req.body, headers=req.headers, timeout=timeout)
+            return Response(r.status_code, r.headers, r.content)
+        async with self._http.stream(req.method, req.path, content=req.body, headers=req.headers, timeout=timeout) as r:
+            if not _http.is_event_stream(r.status_code, r.headers):
+                await r.aread()
+                return Response(r.status_code, r.headers, r.content)
+            events = _http.EventStream(req.on_output, r.status_code, r.headers)
+            async for line in r.aiter_lines():
+                await _output(events.feed(line))
+                if events.result is not None:
+                    return events.result
+            await _output(events.end())
+            return events.outcome()
 
     # -- runs ----------------------------------------------------------------
 
@@ -149,53 +139,8 @@ class AsyncClient:
         """As :meth:`sandboxd.Client.run`; the callbacks may be coroutine
         functions."""
         body = exec_body(code, files=files, stdin=stdin, env=env, profile=profile, limits=limits, datasets=datasets)
-        if on_stdout is not None or on_stderr is not None:
-            if run_id is not None or step is not None or idempotency_key is not None:
-                raise ValueError("a streamed run takes no idempotency key (run_id, step, idempotency_key): a stream cannot be replayed")
-            return await self._stream(body, on_stdout, on_stderr, agent_session, timeout)
-        return await self._drive(self._core.op_run(body, run_id=run_id, step=step, idempotency_key=idempotency_key,
-                                                   agent_session=agent_session, timeout=timeout))
-
-    async def _stream(self, body: dict[str, Any], on_stdout: AsyncOutputCallback | None, on_stderr: AsyncOutputCallback | None,
-                      agent_session: str | None, timeout: float | None) -> ExecResult:
-        headers = self._core._headers(agent_session)
-        headers["Accept"] = "text/event-stream"
-        req = Request("POST", "/exec", json=body, headers=headers, timeout=timeout)
-        callbacks = {"stdout": on_stdout, "stderr": on_stderr}
-        attempt = 0
-        while True:
-            try:
-                async with self._http.stream(req.method, req.path, content=req.body, headers=req.headers,
-                                             timeout=req.timeout if req.timeout is not None else httpx.USE_CLIENT_DEFAULT) as r:
-                    if r.status_code >= 400:
-                        await r.aread()
-                        err = _http.error_from_response(r.status_code, r.headers, r.content)
-                        delay = self.retry.after_error(attempt, req, err)
-                        if delay is None:
-                            raise err
-                    else:
-                        if "text/event-stream" not in r.headers.get("Content-Type", ""):
-                            await r.aread()
-                            return ExecResult.from_json(json.loads(r.content), request_id=r.headers.get("X-Request-Id", ""))
-                        parser = SSEParser()
-                        async for line in r.aiter_lines():
-                            ev = parser.feed(line)
-                            if ev is not None:
-                                done = await _stream_event(ev, callbacks, r.headers)
-                                if done is not None:
-                                    return done
-                        ev = parser.finish()
-                        if ev is not None:
-                            done = await _stream_event(ev, callbacks, r.headers)
-                            if done is not None:
-                                return done
-                        raise StreamError("the stream ended without a result event; the run was killed when the connection closed")
-            except httpx.TransportError as e:
-                delay = self.retry.after_transport_error(attempt, req, e)
-                if delay is None:
-                    raise _connection_failed(req, e, attempt + 1) from e
-            await asyncio.sleep(delay)
-            attempt += 1
+        return await self._drive(self._core.op_run(body, on_stdout=on_stdout, on_stderr=on_stderr, run_id=run_id, step=step,
+                                                   idempotency_key=idempotency_key, agent_session=agent_session, timeout=timeout))
 
     async def submit(
         self,
@@ -289,8 +234,6 @@ class AsyncClient:
 
     async def usage(self, *, session: str | None = None, tenant: str | None = None) -> UsageReport:
         """As :meth:`sandboxd.Client.usage`."""
-        if not session and not tenant:
-            raise ValueError("name a session= or a tenant=")
         return await self._drive(self._core.op_usage(session, tenant))
 
     async def audit(self, *, tenant: str | None = None, kind: str | None = None, status: str | None = None,
@@ -354,7 +297,6 @@ class AsyncClient:
 
     async def tools(self, format: str = "generic") -> list[dict[str, Any]]:
         """As :meth:`sandboxd.Client.tools`."""
-        check_format(format, TOOL_FORMATS)
         return await self._drive(self._core.op_tools(format))
 
     async def handle_tool_call(
@@ -376,9 +318,7 @@ class AsyncClient:
     async def request(self, method: str, path: str, *, json: Any = None, params: Mapping[str, Any] | None = None,
                       replay_safe: bool | None = None) -> Any:
         """As :meth:`sandboxd.Client.request`."""
-        safe = method.upper() in ("GET", "HEAD", "DELETE") if replay_safe is None else replay_safe
-        resp = await self._send(Request(method.upper(), path, params=params, json=json, headers=self._core._headers(), replay_safe=safe))
-        return resp.json()
+        return await self._drive(self._core.op_request(method, path, json=json, params=params, replay_safe=replay_safe))
 
 
 class AsyncSession:
@@ -469,17 +409,10 @@ class AsyncExecution:
         return self.last_state
 
 
-async def _stream_event(ev: tuple[str, str], callbacks: Mapping[str, AsyncOutputCallback | None], headers: httpx.Headers) -> ExecResult | None:
-    name, data = ev
-    if name in ("stdout", "stderr"):
-        cb = callbacks.get(name)
-        if cb is not None:
-            r = cb(json.loads(data).get("text", ""))
-            if inspect.isawaitable(r):
-                await r
-        return None
-    if name == "result":
-        return ExecResult.from_json(json.loads(data), request_id=headers.get("X-Request-Id", ""))
-    if name == "error":
-        raise APIError.from_body(json.loads(data).get("error") or {}, request_id=headers.get("X-Request-Id"))
-    return None
+async def _output(out: Output | None) -> None:
+    """Hand a piece of streamed output to its callback, awaiting what it
+    returns when that is awaitable."""
+    if out is not None:
+        r = out.callback(out.text)
+        if inspect.isawaitable(r):
+            await r

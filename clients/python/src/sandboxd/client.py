@@ -2,20 +2,17 @@
 
 from __future__ import annotations
 
-import json
 import time
 from types import TracebackType
-from typing import Any, Callable, Iterator, Mapping, Sequence
+from typing import Any, Iterator, Mapping, Sequence
 
 import httpx
 
 from . import _http
-from ._http import Request, Response, RetryPolicy, SSEParser, Sleep
-from ._ops import Core, Files, LimitsArg, Op, exec_body, fetch_body
-from ._ops import api_key as api_key_of
+from ._http import Output, OutputCallback, Request, Response, RetryPolicy, Sleep
+from ._ops import Core, Files, LimitsArg, Op, exec_body, fetch_body, http_options, steps
 from ._ops import base_url as base_url_of
-from .errors import APIError, ConnectionFailed, NotFound, StreamError
-from .tools import TOOL_FORMATS, check_format
+from .errors import APIError, ConnectionFailed, NotFound
 from .types import (
     AuditPage,
     AuditRecord,
@@ -34,9 +31,6 @@ from .types import (
 )
 
 __all__ = ["Client", "Session", "Execution"]
-
-#: Called with each piece of streamed output.
-OutputCallback = Callable[[str], Any]
 
 
 class Client:
@@ -74,12 +68,7 @@ class Client:
         self._core = Core(agent_session)
         self.retry = retry or RetryPolicy()
         self.base_url = base_url_of(base_url)
-        h = {"User-Agent": "sandboxd-python/0.1", **dict(headers or {})}
-        key = api_key_of(api_key)
-        if key:
-            h["Authorization"] = "Bearer " + key
-        self._http = httpx.Client(base_url=self.base_url, headers=h, timeout=httpx.Timeout(timeout, connect=10.0),
-                                  transport=transport)
+        self._http = httpx.Client(transport=transport, **http_options(self.base_url, api_key, headers, timeout))
 
     # -- plumbing ----------------------------------------------------------
 
@@ -98,47 +87,45 @@ class Client:
         """The ``X-Session-Id`` sent with every call (``None``: none)."""
         return self._core.agent_session
 
-    def _send(self, req: Request) -> Response:
-        """Send req, retrying as the policy allows; an error answer raised."""
-        attempt = 0
+    def _drive(self, op: Op) -> Any:
+        """Run an operation: carry out its steps (:func:`_ops.steps`),
+        each attempt sent once, each wait slept, and return what it
+        returns."""
+        run = steps(op, self.retry)
+        answer: Response | None = None
+        error: httpx.TransportError | None = None
         while True:
             try:
-                r = self._http.request(req.method, req.path, params=req.params, content=req.body, headers=req.headers,
-                                       timeout=req.timeout if req.timeout is not None else httpx.USE_CLIENT_DEFAULT)
-            except httpx.TransportError as e:
-                delay = self.retry.after_transport_error(attempt, req, e)
-                if delay is None:
-                    raise _connection_failed(req, e, attempt + 1) from e
-                time.sleep(delay)
-                attempt += 1
+                step = run.send(answer) if error is None else run.throw(error)
+            except StopIteration as stop:
+                return stop.value
+            answer, error = None, None
+            if isinstance(step, Sleep):
+                time.sleep(step.seconds)
                 continue
-            if r.status_code < 400 or r.status_code in req.ok_statuses:
-                return Response(r.status_code, r.headers, r.content)
-            err = _http.error_from_response(r.status_code, r.headers, r.content)
-            delay = self.retry.after_error(attempt, req, err)
-            if delay is None:
-                raise err
-            time.sleep(delay)
-            attempt += 1
+            try:
+                answer = self._attempt(step)
+            except httpx.TransportError as e:
+                error = e
 
-    def _drive(self, op: Op) -> Any:
-        """Run an operation: send what it yields, hand it the answers (or
-        raise the errors into it), and return what it returns."""
-        try:
-            step = next(op)
-            while True:
-                try:
-                    if isinstance(step, Sleep):
-                        time.sleep(step.seconds)
-                        out: Any = None
-                    else:
-                        out = self._send(step)
-                except (APIError, ConnectionFailed) as e:
-                    step = op.throw(e)
-                    continue
-                step = op.send(out)
-        except StopIteration as stop:
-            return stop.value
+    def _attempt(self, req: Request) -> Response:
+        """Send req once and return its answer, whatever its status. A
+        streamed run's output goes to its callbacks as it comes."""
+        timeout = req.timeout if req.timeout is not None else httpx.USE_CLIENT_DEFAULT
+        if req.on_output is None:
+            r = self._http.request(req.method, req.path, params=req.params, content=req.body, headers=req.headers, timeout=timeout)
+            return Response(r.status_code, r.headers, r.content)
+        with self._http.stream(req.method, req.path, content=req.body, headers=req.headers, timeout=timeout) as r:
+            if not _http.is_event_stream(r.status_code, r.headers):
+                r.read()
+                return Response(r.status_code, r.headers, r.content)
+            events = _http.EventStream(req.on_output, r.status_code, r.headers)
+            for line in r.iter_lines():
+                _output(events.feed(line))
+                if events.result is not None:
+                    return events.result
+            _output(events.end())
+            return events.outcome()
 
     # -- runs ----------------------------------------------------------------
 
@@ -188,53 +175,8 @@ class Client:
         ``status``); a refusal is an :class:`APIError` subclass.
         """
         body = exec_body(code, files=files, stdin=stdin, env=env, profile=profile, limits=limits, datasets=datasets)
-        if on_stdout is not None or on_stderr is not None:
-            if run_id is not None or step is not None or idempotency_key is not None:
-                raise ValueError("a streamed run takes no idempotency key (run_id, step, idempotency_key): a stream cannot be replayed")
-            return self._stream(body, on_stdout, on_stderr, agent_session, timeout)
-        return self._drive(self._core.op_run(body, run_id=run_id, step=step, idempotency_key=idempotency_key,
-                                             agent_session=agent_session, timeout=timeout))
-
-    def _stream(self, body: dict[str, Any], on_stdout: OutputCallback | None, on_stderr: OutputCallback | None,
-                agent_session: str | None, timeout: float | None) -> ExecResult:
-        headers = self._core._headers(agent_session)
-        headers["Accept"] = "text/event-stream"
-        req = Request("POST", "/exec", json=body, headers=headers, timeout=timeout)
-        callbacks = {"stdout": on_stdout, "stderr": on_stderr}
-        attempt = 0
-        while True:
-            try:
-                with self._http.stream(req.method, req.path, content=req.body, headers=req.headers,
-                                       timeout=req.timeout if req.timeout is not None else httpx.USE_CLIENT_DEFAULT) as r:
-                    if r.status_code >= 400:
-                        r.read()
-                        err = _http.error_from_response(r.status_code, r.headers, r.content)
-                        delay = self.retry.after_error(attempt, req, err)
-                        if delay is None:
-                            raise err
-                    else:
-                        if "text/event-stream" not in r.headers.get("Content-Type", ""):
-                            r.read()
-                            return ExecResult.from_json(json.loads(r.content), request_id=r.headers.get("X-Request-Id", ""))
-                        parser = SSEParser()
-                        for line in r.iter_lines():
-                            ev = parser.feed(line)
-                            if ev is not None:
-                                done = _stream_event(ev, callbacks, r.headers)
-                                if done is not None:
-                                    return done
-                        ev = parser.finish()
-                        if ev is not None:
-                            done = _stream_event(ev, callbacks, r.headers)
-                            if done is not None:
-                                return done
-                        raise StreamError("the stream ended without a result event; the run was killed when the connection closed")
-            except httpx.TransportError as e:
-                delay = self.retry.after_transport_error(attempt, req, e)
-                if delay is None:
-                    raise _connection_failed(req, e, attempt + 1) from e
-            time.sleep(delay)
-            attempt += 1
+        return self._drive(self._core.op_run(body, on_stdout=on_stdout, on_stderr=on_stderr, run_id=run_id, step=step,
+                                             idempotency_key=idempotency_key, agent_session=agent_session, timeout=timeout))
 
     def submit(
         self,
@@ -353,8 +295,6 @@ class Client:
     def usage(self, *, session: str | None = None, tenant: str | None = None) -> UsageReport:
         """Use against each budget: of an agent session of your tenant
         (``session=``), or of a tenant today (``tenant=``)."""
-        if not session and not tenant:
-            raise ValueError("name a session= or a tenant=")
         return self._drive(self._core.op_usage(session, tenant))
 
     def audit(self, *, tenant: str | None = None, kind: str | None = None, status: str | None = None,
@@ -424,7 +364,6 @@ class Client:
         ``format`` takes: ``generic`` and ``anthropic`` (``{name,
         description, input_schema}``), ``openai`` (Chat Completions),
         ``openai-responses`` (Responses API) or ``mcp``."""
-        check_format(format, TOOL_FORMATS)
         return self._drive(self._core.op_tools(format))
 
     def handle_tool_call(
@@ -459,9 +398,7 @@ class Client:
         """Call any endpoint and return its JSON answer (the profiles,
         approvals and kill-switch endpoints have no methods of their own).
         Error answers raise as for every method."""
-        safe = method.upper() in ("GET", "HEAD", "DELETE") if replay_safe is None else replay_safe
-        resp = self._send(Request(method.upper(), path, params=params, json=json, headers=self._core._headers(), replay_safe=safe))
-        return resp.json()
+        return self._drive(self._core.op_request(method, path, json=json, params=params, replay_safe=replay_safe))
 
 
 class Session:
@@ -540,26 +477,7 @@ class Execution:
         return self.last_state
 
 
-def _stream_event(ev: tuple[str, str], callbacks: Mapping[str, OutputCallback | None], headers: httpx.Headers) -> ExecResult | None:
-    """Handle one event of a streamed run: output to its callback; the
-    result returned; an error raised."""
-    name, data = ev
-    if name in ("stdout", "stderr"):
-        cb = callbacks.get(name)
-        if cb is not None:
-            cb(json.loads(data).get("text", ""))
-        return None
-    if name == "result":
-        return ExecResult.from_json(json.loads(data), request_id=headers.get("X-Request-Id", ""))
-    if name == "error":
-        err = json.loads(data).get("error") or {}
-        raise APIError.from_body(err, request_id=headers.get("X-Request-Id"))
-    return None
-
-
-def _connection_failed(req: Request, e: Exception, attempts: int) -> ConnectionFailed:
-    what = "timed out waiting for the answer" if isinstance(e, httpx.TimeoutException) else f"{type(e).__name__}: {e}"
-    msg = f"{req.method} {req.path}: {what} (after {attempts} attempt{'s' if attempts != 1 else ''})"
-    if req.idempotency_key:
-        msg += f"; call again with the same key ({req.idempotency_key}) to get its answer without running it twice"
-    return ConnectionFailed(msg, attempts=attempts, idempotency_key=req.idempotency_key)
+def _output(out: Output | None) -> None:
+    """Hand a piece of streamed output to its callback."""
+    if out is not None:
+        out.callback(out.text)

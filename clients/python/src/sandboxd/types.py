@@ -6,6 +6,10 @@ is decoded from base64: ``OutputFile.content`` and ``RichResult.data`` are
 ``bytes``. Times are timezone-aware :class:`datetime.datetime`. Fields a
 sandboxd of another version does not send keep their defaults, and every
 object keeps the JSON it was built from in ``raw``.
+
+Each class's ``from_json`` reads every field from the member of the same
+name, as the field's type says (:func:`_reader`); the few fields read
+otherwise say so in their metadata (:func:`_json`).
 """
 
 from __future__ import annotations
@@ -13,10 +17,13 @@ from __future__ import annotations
 import base64
 import binascii
 import dataclasses
+import functools
 import re
+import typing
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, Mapping
+from types import UnionType
+from typing import Any, Callable, Mapping, TypeVar
 
 from .errors import APIError
 
@@ -114,8 +121,93 @@ def _strs(v: Any) -> list[str]:
     return [x for x in _list(v) if isinstance(x, str)]
 
 
+def _texts(v: Any) -> dict[str, str]:
+    return {str(k): _s(x) for k, x in _dict(v).items()}
+
+
+def _opt_b64(v: Any) -> bytes | None:
+    return _b64(v) if v else None
+
+
+_Reader = Callable[[Any], Any]
+
+# How a field of each of these types is read from its JSON value.
+_READERS: dict[Any, _Reader] = {str: _s, int: _int, float: _float, bool: bool, bytes: _b64}
+# How an optional field (T | None) of each of these types is read (one of
+# another type, a result class, is read when its value is a mapping).
+_OPTIONAL_READERS: dict[Any, _Reader] = {int: _opt_int, float: _opt_float, datetime: _time, bytes: _opt_b64}
+
+
+def _reader(tp: Any) -> _Reader:
+    """How a field of type ``tp`` is read from its JSON value: scalars as
+    _READERS says; a result class with its ``from_json`` (an error object
+    with :meth:`APIError.from_body`); ``T | None`` as T when the value is a
+    mapping, else None (or as _OPTIONAL_READERS says); lists item by item
+    (strings kept, others dropped); ``dict[str, int]`` counts and
+    ``dict[str, str]`` texts."""
+    origin, args = typing.get_origin(tp), typing.get_args(tp)
+    if origin in (typing.Union, UnionType) and type(None) in args:
+        (inner,) = (a for a in args if a is not type(None))
+        if inner in _OPTIONAL_READERS:
+            return _OPTIONAL_READERS[inner]
+        read = _reader(inner)
+        return lambda v: read(v) if isinstance(v, Mapping) else None
+    if origin is list:
+        if args[0] is str:
+            return _strs
+        item = _reader(args[0])
+        return lambda v: [item(x) for x in _list(v)]
+    if origin is dict:
+        return _counts if args[1] is int else _texts
+    if tp in _READERS:
+        return _READERS[tp]
+    if isinstance(tp, type) and issubclass(tp, APIError):
+        return tp.from_body
+    return tp.from_json
+
+
+def _json(default: Any = dataclasses.MISSING, *, key: str | None = None, read: _Reader | None = None) -> Any:
+    """A field read from the member ``key`` (else its name) with ``read``
+    (else as its type says)."""
+    md: dict[str, Any] = {}
+    if key is not None:
+        md["json_key"] = key
+    if read is not None:
+        md["json_read"] = read
+    return field(default=default, metadata=md)
+
+
+@functools.cache
+def _fields(cls: type) -> tuple[tuple[str, str, _Reader | None], ...]:
+    """Each field of cls, the member it is read from and how (None: raw,
+    the JSON itself)."""
+    hints = typing.get_type_hints(cls)
+    return tuple((f.name, f.metadata.get("json_key", f.name),
+                  None if f.name == "raw" else f.metadata.get("json_read") or _reader(hints[f.name]))
+                 for f in dataclasses.fields(cls))
+
+
+_T = TypeVar("_T")
+
+
+def _from_json(cls: type[_T], v: Any, **given: Any) -> _T:
+    """An instance of the dataclass cls read from the JSON v, with the
+    fields in ``given`` (which are not read) as given."""
+    d = _dict(v)
+    kw = {name: d if read is None else read(d.get(key)) for name, key, read in _fields(cls) if name not in given}
+    return cls(**kw, **given)
+
+
+class _Model:
+    """A result read from the API's JSON by its fields' types."""
+
+    @classmethod
+    def from_json(cls, d: Any) -> typing.Self:
+        return _from_json(cls, d)
+
+
 @dataclass
-class Limits:
+class Limits(_Model):
     """Limits of a run. In a request, each set field lowers the profile's
     value (``None`` keeps it); in a result, they are the limits in force."""
 
@@ -130,61 +222,34 @@ class Limits:
         """The set fields, as the API's ``limits`` object."""
         return {k: v for k, v in dataclasses.asdict(self).items() if v is not None}
 
-    @classmethod
-    def from_json(cls, d: Any) -> "Limits":
-        d = _dict(d)
-        return cls(
-            timeout_ms=_opt_int(d.get("timeout_ms")),
-            memory_mb=_opt_int(d.get("memory_mb")),
-            cpus=_opt_float(d.get("cpus")),
-            pids=_opt_int(d.get("pids")),
-            output_bytes=_opt_int(d.get("output_bytes")),
-            tmpfs_mb=_opt_int(d.get("tmpfs_mb")),
-        )
-
 
 @dataclass
-class Usage:
+class Usage(_Model):
     """Resource use of a run, as the launcher measured it."""
 
     user_cpu_ms: int = 0
     sys_cpu_ms: int = 0
     max_rss_kb: int = 0
 
-    @classmethod
-    def from_json(cls, d: Any) -> "Usage":
-        d = _dict(d)
-        return cls(_int(d.get("user_cpu_ms")), _int(d.get("sys_cpu_ms")), _int(d.get("max_rss_kb")))
-
 
 @dataclass
-class ProfileRef:
+class ProfileRef(_Model):
     """A profile's name and the version (sha256) that served the request."""
 
     name: str = ""
     version: str = ""
 
-    @classmethod
-    def from_json(cls, d: Any) -> "ProfileRef":
-        d = _dict(d)
-        return cls(_s(d.get("name")), _s(d.get("version")))
-
 
 @dataclass
-class DatasetRef:
+class DatasetRef(_Model):
     """A mounted dataset and the snapshot id of its content."""
 
     name: str = ""
     snapshot: str = ""
 
-    @classmethod
-    def from_json(cls, d: Any) -> "DatasetRef":
-        d = _dict(d)
-        return cls(_s(d.get("name")), _s(d.get("snapshot")))
-
 
 @dataclass
-class OutputFile:
+class OutputFile(_Model):
     """A file the code left under ``/sandbox/out`` (or a session file):
     ``path`` relative to it, its ``content`` as bytes."""
 
@@ -202,27 +267,17 @@ class OutputFile:
         """Whether the content is a PNG image."""
         return self.content.startswith(b"\x89PNG\r\n\x1a\n")
 
-    @classmethod
-    def from_json(cls, d: Any) -> "OutputFile":
-        d = _dict(d)
-        return cls(_s(d.get("path")), _int(d.get("size")), _s(d.get("mode")), _b64(d.get("content")))
-
 
 @dataclass
-class SkippedFile:
+class SkippedFile(_Model):
     """An entry of ``/sandbox/out`` that was not returned, and why."""
 
     path: str
     reason: str = ""
 
-    @classmethod
-    def from_json(cls, d: Any) -> "SkippedFile":
-        d = _dict(d)
-        return cls(_s(d.get("path")), _s(d.get("reason")))
-
 
 @dataclass
-class ExecResult:
+class ExecResult(_Model):
     """The result of a run (``POST /exec``): whatever the code did, a run
     that started is a result, not an exception; look at ``status``.
 
@@ -241,8 +296,8 @@ class ExecResult:
     message: str = ""
     stdout: str = ""
     stderr: str = ""
-    stdout_bytes: bytes | None = None
-    stderr_bytes: bytes | None = None
+    stdout_bytes: bytes | None = _json(None, key="stdout_base64")
+    stderr_bytes: bytes | None = _json(None, key="stderr_base64")
     stdout_truncated: bool = False
     stderr_truncated: bool = False
     duration_ms: int = 0
@@ -278,41 +333,12 @@ class ExecResult:
         raise KeyError(path)
 
     @classmethod
-    def _fields(cls, d: Mapping[str, Any]) -> dict[str, Any]:
-        out_b64, err_b64 = d.get("stdout_base64"), d.get("stderr_base64")
-        egress = d.get("egress")
-        return dict(
-            id=_s(d.get("id")),
-            status=_s(d.get("status")),
-            exit_code=_int(d.get("exit_code")),
-            signal=_s(d.get("signal")),
-            message=_s(d.get("message")),
-            stdout=_s(d.get("stdout")),
-            stderr=_s(d.get("stderr")),
-            stdout_bytes=_b64(out_b64) if out_b64 else None,
-            stderr_bytes=_b64(err_b64) if err_b64 else None,
-            stdout_truncated=bool(d.get("stdout_truncated")),
-            stderr_truncated=bool(d.get("stderr_truncated")),
-            duration_ms=_int(d.get("duration_ms")),
-            usage=Usage.from_json(d.get("usage")),
-            files=[OutputFile.from_json(f) for f in _list(d.get("files"))],
-            skipped_files=[SkippedFile.from_json(f) for f in _list(d.get("skipped_files"))],
-            limits=Limits.from_json(d.get("limits")),
-            profile=ProfileRef.from_json(d.get("profile")),
-            egress=ProfileRef.from_json(egress) if isinstance(egress, Mapping) else None,
-            image=_s(d.get("image")),
-            redactions=_counts(d.get("redactions")),
-            datasets=[DatasetRef.from_json(x) for x in _list(d.get("datasets"))],
-            raw=dict(d),
-        )
-
-    @classmethod
-    def from_json(cls, d: Any, *, replayed: bool = False, request_id: str = "") -> "ExecResult":
-        return cls(**cls._fields(_dict(d)), replayed=replayed, request_id=request_id)
+    def from_json(cls, d: Any, *, replayed: bool = False, request_id: str = "") -> typing.Self:
+        return _from_json(cls, d, replayed=replayed, request_id=request_id)
 
 
 @dataclass
-class RichResult:
+class RichResult(_Model):
     """A result of a session call besides its output.
 
     ``type`` is ``repr`` (the value of the final expression, in ``text``),
@@ -339,34 +365,15 @@ class RichResult:
         """Whether this is a DataFrame rendered as a text table."""
         return self.type == "table"
 
-    @classmethod
-    def from_json(cls, d: Any) -> "RichResult":
-        d = _dict(d)
-        return cls(
-            type=_s(d.get("type")),
-            text=_s(d.get("text")),
-            data=_b64(d.get("data")),
-            width=_int(d.get("width")),
-            height=_int(d.get("height")),
-            size=_int(d.get("size")),
-            truncated=bool(d.get("truncated")),
-            omitted=_s(d.get("omitted")),
-        )
-
 
 @dataclass
-class SessionException:
+class SessionException(_Model):
     """An uncaught exception of a session call (its traceback is also in
     stderr)."""
 
     type: str
     message: str = ""
     traceback: str = ""
-
-    @classmethod
-    def from_json(cls, d: Any) -> "SessionException":
-        d = _dict(d)
-        return cls(_s(d.get("type")), _s(d.get("message")), _s(d.get("traceback")))
 
 
 @dataclass
@@ -400,24 +407,9 @@ class SessionResult(ExecResult):
                 return r.text
         return None
 
-    @classmethod
-    def from_json(cls, d: Any, *, replayed: bool = False, request_id: str = "") -> "SessionResult":
-        d = _dict(d)
-        exc = d.get("exception")
-        return cls(
-            **cls._fields(d),
-            replayed=replayed,
-            request_id=request_id,
-            results=[RichResult.from_json(r) for r in _list(d.get("results"))],
-            exception=SessionException.from_json(exc) if isinstance(exc, Mapping) else None,
-            state_lost=bool(d.get("state_lost")),
-            session_id=_s(d.get("session_id")),
-            session_state=_s(d.get("session_state")),
-        )
-
 
 @dataclass
-class SessionUsage:
+class SessionUsage(_Model):
     """What a session has used: calls, CPU charged, wall time, memory after
     the last call, interpreter restarts."""
 
@@ -427,14 +419,9 @@ class SessionUsage:
     memory_bytes: int = 0
     restarts: int = 0
 
-    @classmethod
-    def from_json(cls, d: Any) -> "SessionUsage":
-        d = _dict(d)
-        return cls(*(_int(d.get(k)) for k in ("calls", "cpu_ms", "wall_ms", "memory_bytes", "restarts")))
-
 
 @dataclass
-class SessionInfo:
+class SessionInfo(_Model):
     """A session's state (``ready``, ``busy`` or ``ended``) and settings."""
 
     id: str
@@ -459,44 +446,17 @@ class SessionInfo:
         """Whether the session has ended."""
         return self.state == "ended"
 
-    @classmethod
-    def from_json(cls, d: Any) -> "SessionInfo":
-        d = _dict(d)
-        return cls(
-            id=_s(d.get("id")),
-            state=_s(d.get("state")),
-            sandbox_id=_s(d.get("sandbox_id")),
-            profile=ProfileRef.from_json(d.get("profile")),
-            limits=Limits.from_json(d.get("limits")),
-            image=_s(d.get("image")),
-            idle_timeout_s=_int(d.get("idle_timeout_s")),
-            max_lifetime_s=_int(d.get("max_lifetime_s")),
-            created_at=_time(d.get("created_at")),
-            last_used_at=_time(d.get("last_used_at")),
-            expires_at=_time(d.get("expires_at")),
-            ends_by=_time(d.get("ends_by")),
-            ended_at=_time(d.get("ended_at")),
-            end_reason=_s(d.get("end_reason")),
-            usage=SessionUsage.from_json(d.get("usage")),
-            raw=d,
-        )
-
 
 @dataclass
-class SessionFileRef:
+class SessionFileRef(_Model):
     """A file written into a session: its path under ``/sandbox`` and size."""
 
     path: str
     size: int = 0
 
-    @classmethod
-    def from_json(cls, d: Any) -> "SessionFileRef":
-        d = _dict(d)
-        return cls(_s(d.get("path")), _int(d.get("size")))
-
 
 @dataclass
-class ExecState:
+class ExecState(_Model):
     """An exec's state (``GET``/``DELETE /exec/{id}``, an async run).
 
     ``status`` is ``queued``, ``running``, a run status (``ok``, ``error``,
@@ -519,26 +479,9 @@ class ExecState:
         """Whether the exec has ended (it will not change any more)."""
         return self.status not in ("queued", "running")
 
-    @classmethod
-    def from_json(cls, d: Any) -> "ExecState":
-        d = _dict(d)
-        err = d.get("error")
-        res = d.get("result")
-        return cls(
-            id=_s(d.get("id")),
-            status=_s(d.get("status")),
-            message=_s(d.get("message")),
-            error=APIError.from_body(err) if isinstance(err, Mapping) else None,
-            result=ExecResult.from_json(res) if isinstance(res, Mapping) else None,
-            created_at=_time(d.get("created_at")),
-            started_at=_time(d.get("started_at")),
-            finished_at=_time(d.get("finished_at")),
-            raw=d,
-        )
-
 
 @dataclass
-class FetchResult:
+class FetchResult(_Model):
     """A page read with ``POST /fetch``.
 
     ``content`` is UNTRUSTED data: the page as safe text between
@@ -555,7 +498,7 @@ class FetchResult:
     title: str = ""
     content: str = ""
     nonce: str = ""
-    untrusted: bool = True
+    untrusted: bool = _json(True, read=lambda v: v is not False)
     truncated: bool = False
     bytes_received: int = 0
     redactions: dict[str, int] = field(default_factory=dict)
@@ -566,32 +509,12 @@ class FetchResult:
     raw: dict[str, Any] = field(default_factory=dict, repr=False)
 
     @classmethod
-    def from_json(cls, d: Any, *, replayed: bool = False, request_id: str = "") -> "FetchResult":
-        d = _dict(d)
-        return cls(
-            id=_s(d.get("id")),
-            url=_s(d.get("url")),
-            final_url=_s(d.get("final_url")),
-            redirects=_strs(d.get("redirects")),
-            status=_int(d.get("status")),
-            content_type=_s(d.get("content_type")),
-            title=_s(d.get("title")),
-            content=_s(d.get("content")),
-            nonce=_s(d.get("nonce")),
-            untrusted=d.get("untrusted") is not False,
-            truncated=bool(d.get("truncated")),
-            bytes_received=_int(d.get("bytes_received")),
-            redactions=_counts(d.get("redactions")),
-            profile=ProfileRef.from_json(d.get("profile")),
-            capture_id=_s(d.get("capture_id")),
-            replayed=replayed,
-            request_id=request_id,
-            raw=d,
-        )
+    def from_json(cls, d: Any, *, replayed: bool = False, request_id: str = "") -> typing.Self:
+        return _from_json(cls, d, replayed=replayed, request_id=request_id)
 
 
 @dataclass
-class UsageTotals:
+class UsageTotals(_Model):
     """What a tenant (today) or an agent session used."""
 
     execs: int = 0
@@ -600,15 +523,9 @@ class UsageTotals:
     wall_seconds: float = 0.0
     fetch_bytes: int = 0
 
-    @classmethod
-    def from_json(cls, d: Any) -> "UsageTotals":
-        d = _dict(d)
-        return cls(_int(d.get("execs")), _int(d.get("running")), _float(d.get("cpu_seconds")),
-                   _float(d.get("wall_seconds")), _int(d.get("fetch_bytes")))
-
 
 @dataclass
-class UsageBudget:
+class UsageBudget(_Model):
     """One budget with its use; ``limit`` 0 means none (``remaining`` is
     then ``None``)."""
 
@@ -618,15 +535,9 @@ class UsageBudget:
     remaining: float | None = None
     unit: str = ""
 
-    @classmethod
-    def from_json(cls, d: Any) -> "UsageBudget":
-        d = _dict(d)
-        return cls(_s(d.get("name")), _float(d.get("limit")), _float(d.get("used")),
-                   _opt_float(d.get("remaining")), _s(d.get("unit")))
-
 
 @dataclass
-class UsageReport:
+class UsageReport(_Model):
     """``GET /usage``: a tenant's use today (``day`` set) or an agent
     session's (``session`` set), with each budget."""
 
@@ -644,29 +555,18 @@ class UsageReport:
                 return b
         raise KeyError(name)
 
-    @classmethod
-    def from_json(cls, d: Any) -> "UsageReport":
-        d = _dict(d)
-        return cls(_s(d.get("tenant")), _s(d.get("day")), _s(d.get("session")), UsageTotals.from_json(d.get("used")),
-                   [UsageBudget.from_json(b) for b in _list(d.get("budgets"))])
-
 
 @dataclass
-class AuditOutput:
+class AuditOutput(_Model):
     """An input or output named in an audit record, by size and digest."""
 
     name: str
     size: int = 0
     sha256: str = ""
 
-    @classmethod
-    def from_json(cls, d: Any) -> "AuditOutput":
-        d = _dict(d)
-        return cls(_s(d.get("name")), _int(d.get("size")), _s(d.get("sha256")))
-
 
 @dataclass
-class EgressDecision:
+class EgressDecision(_Model):
     """One egress decision of a fetch hop."""
 
     host: str
@@ -680,15 +580,9 @@ class EgressDecision:
     reason: str = ""
     status: int = 0
 
-    @classmethod
-    def from_json(cls, d: Any) -> "EgressDecision":
-        d = _dict(d)
-        return cls(_s(d.get("host")), _s(d.get("verdict")), _s(d.get("code")), _s(d.get("url")), _s(d.get("method")),
-                   _int(d.get("port")), _s(d.get("ip")), _s(d.get("rule")), _s(d.get("reason")), _int(d.get("status")))
-
 
 @dataclass
-class AuditRecord:
+class AuditRecord(_Model):
     """A record of the hash-chained audit log (``GET /audit``)."""
 
     seq: int
@@ -725,63 +619,18 @@ class AuditRecord:
     hash: str = ""
     raw: dict[str, Any] = field(default_factory=dict, repr=False)
 
-    @classmethod
-    def from_json(cls, d: Any) -> "AuditRecord":
-        d = _dict(d)
-        ep, gp = d.get("exec_profile"), d.get("egress_profile")
-        return cls(
-            seq=_int(d.get("seq")),
-            id=_s(d.get("id")),
-            time=_time(d.get("time")),
-            kind=_s(d.get("kind")),
-            action=_s(d.get("action")),
-            tenant=_s(d.get("tenant")),
-            key_id=_s(d.get("key_id")),
-            request_id=_s(d.get("request_id")),
-            trace_id=_s(d.get("trace_id")),
-            session=_s(d.get("session")),
-            sandbox_session=_s(d.get("sandbox_session")),
-            subject=_s(d.get("subject")),
-            request_sha256=_s(d.get("request_sha256")),
-            code_sha256=_s(d.get("code_sha256")),
-            exec_profile=ProfileRef.from_json(ep) if isinstance(ep, Mapping) else None,
-            egress_profile=ProfileRef.from_json(gp) if isinstance(gp, Mapping) else None,
-            image=_s(d.get("image")),
-            runtime=_s(d.get("runtime")),
-            status=_s(d.get("status")),
-            exit_code=_opt_int(d.get("exit_code")),
-            durations_ms=_counts(d.get("durations_ms")),
-            inputs=[AuditOutput.from_json(x) for x in _list(d.get("inputs"))],
-            outputs=[AuditOutput.from_json(x) for x in _list(d.get("outputs"))],
-            redactions=_counts(d.get("redactions")),
-            capture_ids=_strs(d.get("capture_ids")),
-            egress=[EgressDecision.from_json(x) for x in _list(d.get("egress"))],
-            datasets=[DatasetRef.from_json(x) for x in _list(d.get("datasets"))],
-            hosts=_strs(d.get("hosts")),
-            message=_s(d.get("message")),
-            detail={str(k): _s(v) for k, v in _dict(d.get("detail")).items()},
-            prev_hash=_s(d.get("prev_hash")),
-            hash=_s(d.get("hash")),
-            raw=d,
-        )
-
 
 @dataclass
-class AuditPage:
+class AuditPage(_Model):
     """A page of audit records, newest first; ``next_cursor`` continues it
     (empty at the end)."""
 
     records: list[AuditRecord]
     next_cursor: str = ""
 
-    @classmethod
-    def from_json(cls, d: Any) -> "AuditPage":
-        d = _dict(d)
-        return cls([AuditRecord.from_json(r) for r in _list(d.get("records"))], _s(d.get("next_cursor")))
-
 
 @dataclass
-class CapturePart:
+class CapturePart(_Model):
     """One captured body, described (its bytes come from
     ``capture_raw``)."""
 
@@ -789,11 +638,6 @@ class CapturePart:
     content_type: str = ""
     size: int = 0
     sha256: str = ""
-
-    @classmethod
-    def from_json(cls, d: Any) -> "CapturePart":
-        d = _dict(d)
-        return cls(_s(d.get("name")), _s(d.get("content_type")), _int(d.get("size")), _s(d.get("sha256")))
 
 
 @dataclass
@@ -806,13 +650,11 @@ class CaptureMark:
 
     @classmethod
     def from_json(cls, d: Any) -> "CaptureMark | None":
-        if not isinstance(d, Mapping):
-            return None
-        return cls(_s(d.get("by")), _s(d.get("reason")), _time(d.get("at")))
+        return _from_json(cls, d) if isinstance(d, Mapping) else None
 
 
 @dataclass
-class Capture:
+class Capture(_Model):
     """A forensic capture: what was kept of an exec, a fetch or a session's
     file transfer. ``text`` (from :meth:`Client.capture` only) holds the
     parts that are UTF-8 text, by name."""
@@ -833,56 +675,25 @@ class Capture:
     text: dict[str, str] = field(default_factory=dict)
     raw: dict[str, Any] = field(default_factory=dict, repr=False)
 
-    @classmethod
-    def from_json(cls, d: Any) -> "Capture":
-        d = _dict(d)
-        return cls(
-            id=_s(d.get("id")),
-            kind=_s(d.get("kind")),
-            tenant=_s(d.get("tenant")),
-            key_id=_s(d.get("key_id")),
-            request_id=_s(d.get("request_id")),
-            created_at=_time(d.get("created_at")),
-            retention_s=_int(d.get("retention_s")),
-            expires_at=_time(d.get("expires_at")),
-            meta={str(k): _s(v) for k, v in _dict(d.get("meta")).items()},
-            parts=[CapturePart.from_json(p) for p in _list(d.get("parts"))],
-            hold=CaptureMark.from_json(d.get("hold")),
-            tenant_hold=CaptureMark.from_json(d.get("tenant_hold")),
-            erased=CaptureMark.from_json(d.get("erased")),
-            text={str(k): _s(v) for k, v in _dict(d.get("text")).items()},
-            raw=d,
-        )
-
 
 @dataclass
-class CapturePage:
+class CapturePage(_Model):
     """A page of capture metadata, newest first."""
 
     captures: list[Capture]
     next_cursor: str = ""
 
-    @classmethod
-    def from_json(cls, d: Any) -> "CapturePage":
-        d = _dict(d)
-        return cls([Capture.from_json(c) for c in _list(d.get("captures"))], _s(d.get("next_cursor")))
-
 
 @dataclass
-class TenantHold:
+class TenantHold(_Model):
     """The answer of a tenant-wide legal hold."""
 
     tenant: str
     hold: bool
 
-    @classmethod
-    def from_json(cls, d: Any) -> "TenantHold":
-        d = _dict(d)
-        return cls(_s(d.get("tenant")), bool(d.get("hold")))
-
 
 @dataclass
-class ReadyCheck:
+class ReadyCheck(_Model):
     """One readiness check."""
 
     name: str
@@ -890,23 +701,12 @@ class ReadyCheck:
     optional: bool = False
     error: str = ""
 
-    @classmethod
-    def from_json(cls, d: Any) -> "ReadyCheck":
-        d = _dict(d)
-        return cls(_s(d.get("name")), bool(d.get("ok")), bool(d.get("optional")), _s(d.get("error")))
-
 
 @dataclass
-class Readiness:
+class Readiness(_Model):
     """``GET /readyz``: ``ready`` is true when sandboxd can serve runs."""
 
-    ready: bool
+    ready: bool = _json(key="status", read=lambda v: v == "ready")
     status: str = ""
     checks: list[ReadyCheck] = field(default_factory=list)
     unavailable_profiles: list[str] = field(default_factory=list)
-
-    @classmethod
-    def from_json(cls, d: Any) -> "Readiness":
-        d = _dict(d)
-        return cls(d.get("status") == "ready", _s(d.get("status")), [ReadyCheck.from_json(c) for c in _list(d.get("checks"))],
-                   _strs(d.get("unavailable_profiles")))
