@@ -65,6 +65,9 @@ func TestSessionOnAPooledBox(t *testing.T) {
 		t.Fatalf("first call: %+v", res)
 	}
 	// The reaper removes containers no run owns; a live session is owned.
+	// The pool's refill is waited out first: between its create and its
+	// registration a box is young, which only a grace of 0 ignores.
+	waitPoolReady(t, r, p.Name, 1)
 	if n, err := r.reap(ctx, 0); err != nil || n != 0 {
 		t.Fatalf("reap removed %d containers (%v) while the session lived", n, err)
 	}
