@@ -54,7 +54,10 @@ esac
 [[ "$FORCE" == 0 || "$FORCE" == false ]] && FORCE=
 
 cleanup=()
-trap 'rm -rf "${cleanup[@]}"' EXIT
+STATUS_IMAGE="$IMAGE"
+# shellcheck source=images/status.sh
+source "$images_dir/status.sh"
+trap 'build_status_trap; rc=$?; rm -rf "${cleanup[@]}"; exit $rc' EXIT
 
 log() { printf '==> %s\n' "$*" >&2; }
 die() { printf 'build.sh: ERROR: %s\n' "$*" >&2; exit 1; }
@@ -84,6 +87,7 @@ lock=/tmp/sandboxd-image-build.lock
 if command -v flock >/dev/null 2>&1 && { exec 9>>"$lock"; } 2>/dev/null; then
 	if ! flock -n 9; then
 		log "another image build is running; waiting for it"
+		build_status building 0 3 "waiting for another image build to finish"
 		flock 9
 	fi
 fi
@@ -145,6 +149,7 @@ build_base() {
 	sed -n 's/^\(URIs\|Suites\|Components\): /    \1: /p' "$sources" >&2
 
 	log "building rootfs with mmdebstrap and importing it as $base_ref (takes a minute)"
+	build_status building 1 3 "installing Debian packages into a root file system"
 	# docker import without a repository argument prints the new image ID but
 	# tags nothing, so a failed or truncated mmdebstrap run never ends up
 	# under the real name.
@@ -201,6 +206,7 @@ cp "$dockerfile" "$ctx/Dockerfile"
 cp "$LAUNCHER" "$ctx/sandboxd-launcher"
 chmod 0755 "$ctx/sandboxd-launcher"
 
+build_status building 2 3 "building the image"
 log "building $IMAGE from $base_ref (launcher sha256 ${launcher_sha:0:12}, DOCKER_BUILDKIT=$DOCKER_BUILDKIT)"
 # Built untagged (--iidfile); tagged only after the smoke test passed, so a
 # broken build never carries the "up to date" recipe label under $IMAGE.
@@ -226,6 +232,7 @@ reject() { # the built image failed a check: delete it, then fail
 # --- Smoke test: the stdlib the service relies on, as the sandbox user, with
 # no network and a read-only rootfs; and no setuid/setgid file anywhere.
 log "smoke-testing ${new_id#sha256:}"
+build_status building 3 3 "smoke-testing the image"
 smoke='import json, csv, sqlite3, hashlib, ssl, decimal, zlib, base64, bz2, lzma, zoneinfo, os
 assert os.getuid() == 65534 and os.getcwd() == "/sandbox", (os.getuid(), os.getcwd())
 assert os.access("/usr/local/bin/sandboxd-launcher", os.X_OK), "launcher not executable"

@@ -29,6 +29,7 @@ import (
 	"github.com/docker/docker/client"
 	"github.com/docker/docker/pkg/stdcopy"
 
+	"github.com/sandboxd/sandboxd/internal/imagebuild"
 	"github.com/sandboxd/sandboxd/internal/jobproto"
 	"github.com/sandboxd/sandboxd/internal/secrets"
 	"github.com/sandboxd/sandboxd/profiles"
@@ -149,10 +150,13 @@ type Runner struct {
 	clock    clock
 	log      *slog.Logger
 	instance string
-	removals sync.WaitGroup
-	pool     *pool       // nil when pooling is off
-	cells    *cells      // cells.go; nil when cells are off
-	eg       egressState // network.go
+	// imageBuilds is where background image builds report their progress
+	// (internal/imagebuild); "" when nobody reports.
+	imageBuilds string
+	removals    sync.WaitGroup
+	pool        *pool       // nil when pooling is off
+	cells       *cells      // cells.go; nil when cells are off
+	eg          egressState // network.go
 	// live and the reaper: see reap.go.
 	live                   liveSet
 	reaperStop, reaperDone chan struct{}
@@ -250,11 +254,32 @@ func (r *Runner) ImageID(ctx context.Context, ref string) (string, error) {
 	img, err := r.cli.ImageInspect(ctx, ref)
 	if err != nil {
 		if cerrdefs.IsNotFound(err) {
-			return "", fmt.Errorf("%w: %s (build it with `make image`)", ErrImageMissing, ref)
+			return "", fmt.Errorf("%w: %s (%s)", ErrImageMissing, ref, r.imageHint(ref))
 		}
 		return "", fmt.Errorf("%w: inspecting image %s: %v", ErrEngine, ref, err)
 	}
 	return img.ID, nil
+}
+
+// SetImageBuilds names the directory where image builds running beside
+// sandboxd report their progress, so that the error for a missing image
+// says how far its build is. Call it before serving.
+func (r *Runner) SetImageBuilds(dir string) { r.imageBuilds = dir }
+
+// imageHint is what to do about the missing image ref: wait for its build,
+// look at its failed build, or build it.
+func (r *Runner) imageHint(ref string) string {
+	st, err := imagebuild.Read(r.imageBuilds, ref)
+	if err != nil {
+		r.log.Warn("reading an image build's status", "image", ref, "err", err)
+	}
+	if d := st.Describe(r.clock.Now()); d != "" {
+		if st.State == imagebuild.Building {
+			return d + "; its profiles answer 503 until it is ready"
+		}
+		return d + "; build it again with `make image`"
+	}
+	return "build it with `make image`"
 }
 
 // Runtimes lists the OCI runtimes the engine offers.

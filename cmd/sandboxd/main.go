@@ -103,6 +103,9 @@ type serveConfig struct {
 	// egress network's gateway (0: any free port).
 	profilesPoll time.Duration
 	egressPort   int
+	// imageBuilds is where image builds running beside sandboxd report
+	// their progress ("" for <data-dir>/image-builds).
+	imageBuilds string
 	// browserImage is the image of browser sandboxes (POST /fetch with
 	// render: true, PDFs).
 	browserImage string
@@ -191,6 +194,7 @@ func parseServe(args []string, stderr io.Writer) (*serveConfig, error) {
 	fs.StringVar(&c.addr, "addr", envDefault("ADDR", "127.0.0.1:8080"), "listen address (env SANDBOXD_ADDR)")
 	fs.StringVar(&c.dataDir, "data-dir", envDefault("DATA_DIR", "./data"), "data directory (env SANDBOXD_DATA_DIR)")
 	fs.StringVar(&c.profilesDir, "profiles-dir", envDefault("PROFILES_DIR", "./profiles"), "profiles directory (env SANDBOXD_PROFILES_DIR)")
+	fs.StringVar(&c.imageBuilds, "image-builds-dir", envDefault("IMAGE_BUILDS_DIR", ""), "where image builds running beside sandboxd report their progress, which the answers of profiles whose image is not built yet repeat (default DATA_DIR/image-builds; env SANDBOXD_IMAGE_BUILDS_DIR)")
 	fs.StringVar(&c.keysFile, "keys-file", envDefault("KEYS_FILE", ""), "API keys file; without it a development key is generated and printed once (env SANDBOXD_KEYS_FILE)")
 	fs.StringVar(&c.secretsFile, "secrets-file", envDefault("SECRETS_FILE", ""), "secrets file: credentials runs may use by name, which the egress proxy injects and the code never holds; reloaded like the keys file (env SANDBOXD_SECRETS_FILE)")
 	fs.IntVar(&c.maxRuns, "max-runs", envInt("MAX_RUNS", 2*runtime.NumCPU()), "runs at once (env SANDBOXD_MAX_RUNS)")
@@ -288,7 +292,7 @@ func serveWith(cfg *serveConfig, log *slog.Logger, console io.Writer) error {
 	hup := make(chan os.Signal, 1)
 	signal.Notify(hup, syscall.SIGHUP)
 	defer signal.Stop(hup)
-	keys, err := loadKeys(cfg.keysFile, log, console)
+	keys, devKey, err := loadKeys(cfg.keysFile, log)
 	if err != nil {
 		return err
 	}
@@ -383,6 +387,10 @@ func serveWith(cfg *serveConfig, log *slog.Logger, console io.Writer) error {
 	if err := eng.CellsUnavailable(); err != nil {
 		log.Warn("profiles with isolation: cell are refused on this machine; /readyz reports it", "err", err)
 	}
+	if cfg.imageBuilds == "" {
+		cfg.imageBuilds = filepath.Join(dataDir, "image-builds")
+	}
+	eng.SetImageBuilds(cfg.imageBuilds)
 	eng.Warm(context.Background(), set)
 	eng.StartReaper(time.Minute)
 
@@ -407,6 +415,8 @@ func serveWith(cfg *serveConfig, log *slog.Logger, console io.Writer) error {
 		rl.secretsSum = secretsFingerprint(cfg.secretsFile, sec.Set())
 	}
 	go rl.run(reloadCtx, cfg.profilesPoll, hup)
+	images := &imageWatcher{eng: eng, current: current, log: log, present: map[string]bool{}}
+	go images.run(reloadCtx, 5*time.Second)
 
 	srv, err := httpapi.New(httpapi.Config{
 		DataDir:         dataDir,
@@ -456,6 +466,10 @@ func serveWith(cfg *serveConfig, log *slog.Logger, console io.Writer) error {
 	log.Info("sandboxd listening", "addr", ln.Addr().String(), "version", version, "data_dir", dataDir,
 		"profiles", strings.Join(set.Names(), ","), "exec_versions", versions(set, false), "egress_versions", versions(set, true),
 		"max_runs", cfg.maxRuns, "queue", cfg.queue, "pool_size", cfg.poolSize)
+
+	if devKey != "" {
+		printFirstSteps(console, ln.Addr().String(), devKey)
+	}
 
 	sweepCtx, stopSweep := context.WithCancel(context.Background())
 	defer stopSweep()
@@ -552,20 +566,35 @@ func logAuditHead(ctx context.Context, l audit.Log, log *slog.Logger, skip audit
 	return h
 }
 
-func loadKeys(path string, log *slog.Logger, console io.Writer) (*auth.Keyring, error) {
+// loadKeys loads the keys file, or without one generates a development
+// key, which it returns for printing once to the console (never to the
+// structured log).
+func loadKeys(path string, log *slog.Logger) (ring *auth.Keyring, devKey string, err error) {
 	if path == "" {
-		key, ring := auth.Generate("dev", "dev", auth.RoleAdmin)
-		// Printed once to the console, never to the structured log.
-		fmt.Fprintf(console, "\nsandboxd: no --keys-file given; development key (tenant dev, role admin), valid until this process exits:\n\n    %s\n\n", key)
+		devKey, ring = auth.Generate("dev", "dev", auth.RoleAdmin)
 		log.Warn("using a generated development key; pass --keys-file in production")
-		return ring, nil
+		return ring, devKey, nil
 	}
 	ring, warnings, err := auth.LoadFile(path)
 	if err != nil {
-		return nil, fmt.Errorf("loading keys: %w", err)
+		return nil, "", fmt.Errorf("loading keys: %w", err)
 	}
 	for _, w := range warnings {
 		log.Warn(w)
 	}
-	return ring, nil
+	return ring, "", nil
+}
+
+// printFirstSteps tells a newcomer, once the API listens, the development
+// key and a first request to try with it.
+func printFirstSteps(console io.Writer, addr, key string) {
+	fmt.Fprintf(console, `
+sandboxd: serving on http://%[1]s. No --keys-file was given: this development
+key (tenant dev, role admin) is valid until this process exits. Try:
+
+    export SANDBOXD_KEY=%[2]s
+    curl -s http://%[1]s/exec -H "Authorization: Bearer $SANDBOXD_KEY" \
+        -H 'Content-Type: application/json' -d '{"language":"python","code":"print(6*7)"}'
+
+`, addr, key)
 }

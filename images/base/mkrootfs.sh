@@ -54,6 +54,22 @@ eval "$(apt-config shell \
 [[ -n "${hproxy:-}" ]] && host_aptopts+=(--aptopt="Acquire::http::Proxy \"$hproxy\"")
 [[ -n "${sproxy:-}" ]] && host_aptopts+=(--aptopt="Acquire::https::Proxy \"$sproxy\"")
 
+# One download of each Debian package for every image: the .deb files are
+# kept in a cache directory outside the build (SANDBOXD_APT_CACHE; default
+# /var/cache/sandboxd/apt as root, else ~/.cache/sandboxd/apt), copied into
+# the chroot before apt runs and back out before the customize hook empties
+# apt's cache, the way mmdebstrap(1) shows for builds without a caching
+# proxy. apt downloads only what the cache lacks or has in another version,
+# so the data and browser images do not fetch the base packages again.
+cache="${SANDBOXD_APT_CACHE:-}"
+if [[ -z "$cache" ]]; then
+	if [[ "$(id -u)" == 0 ]]; then cache=/var/cache/sandboxd/apt; else cache="${XDG_CACHE_HOME:-$HOME/.cache}/sandboxd/apt"; fi
+fi
+[[ "$cache" != *[[:space:]]* ]] || { echo "mkrootfs: the apt cache path '$cache' contains white space" >&2; exit 1; }
+mkdir -p "$cache"
+cache="$(cd "$cache" && pwd)"
+echo "mkrootfs: Debian packages cached in $cache ($(find "$cache" -maxdepth 1 -name '*.deb' | wc -l) there)" >&2
+
 # The hook is given via an environment variable so that paths with spaces or
 # quotes cannot break the shell snippet mmdebstrap runs.
 export SANDBOXD_CUSTOMIZE_HOOK="$here/customize.sh"
@@ -81,5 +97,9 @@ exec mmdebstrap \
 	--dpkgopt='path-exclude=/usr/share/locale/*' \
 	--dpkgopt='path-include=/usr/share/locale/locale.alias' \
 	--dpkgopt='path-exclude=/usr/share/lintian/*' \
+	--skip=essential/unlink \
+	--setup-hook='mkdir -p "$1"/var/cache/apt/archives/' \
+	--setup-hook="sync-in $cache /var/cache/apt/archives/" \
+	--customize-hook="sync-out /var/cache/apt/archives $cache" \
 	--customize-hook='bash "$SANDBOXD_CUSTOMIZE_HOOK" "$1"' \
 	"$suite" - "$sources"

@@ -35,7 +35,10 @@ FORCE="${FORCE:-}"
 export EXTRA_PACKAGES="$here/packages"
 
 cleanup=()
-trap 'rm -rf "${cleanup[@]}"' EXIT
+STATUS_IMAGE="$REPO:latest"
+# shellcheck source=images/status.sh
+source "$images_dir/status.sh"
+trap 'build_status_trap; rc=$?; rm -rf "${cleanup[@]}"; exit $rc' EXIT
 log() { printf '==> %s\n' "$*" >&2; }
 die() { printf 'browser/build.sh: ERROR: %s\n' "$*" >&2; exit 1; }
 sha256() { sha256sum "$1" | cut -d' ' -f1; }
@@ -53,6 +56,7 @@ lock=/tmp/sandboxd-image-build.lock
 if command -v flock >/dev/null 2>&1 && { exec 9>>"$lock"; } 2>/dev/null; then
 	if ! flock -n 9; then
 		log "another image build is running; waiting for it"
+		build_status building 0 3 "waiting for another image build to finish"
 		flock 9
 	fi
 fi
@@ -89,6 +93,7 @@ else
 	tmp="$(mktemp -d "${TMPDIR:-/tmp}/sandboxd-browser-base.XXXXXX")"
 	cleanup+=("$tmp")
 	bash "$images_dir/base/debian-sources.sh" bookworm >"$tmp/debian.sources"
+	build_status building 1 3 "installing Debian packages into a root file system"
 	log "building the browser rootfs with mmdebstrap and importing it as $base_ref (takes minutes)"
 	set +e
 	id="$(
@@ -129,6 +134,7 @@ cleanup+=("$ctx" "$ctx.iid")
 cp "$here/Dockerfile" "$ctx/Dockerfile"
 cp "$DRIVER" "$ctx/sandboxd-browser"
 chmod 0755 "$ctx/sandboxd-browser"
+build_status building 2 3 "building the image"
 log "building $tag from $base_ref (driver sha256 ${driver_sha:0:12})"
 docker build --network none --iidfile "$ctx.iid" \
 	--build-arg "BASE_IMAGE=$base_ref" \
@@ -142,6 +148,7 @@ new_id="$(cat "$ctx.iid")"
 [[ -n "$new_id" ]] || die "docker build did not report an image ID"
 reject() { docker image rm "$new_id" >/dev/null 2>&1 || true; die "$*"; }
 
+build_status building 3 3 "smoke-testing the image"
 # Smoke test as the sandbox user, no network, read-only root: the tools
 # answer, the driver runs, and no setuid/setgid file exists (Chromium's
 # setuid sandbox helper included: the container is the boundary).

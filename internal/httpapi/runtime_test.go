@@ -172,3 +172,57 @@ func TestCellsUnavailable(t *testing.T) {
 		t.Errorf("error %s %q", code, msg)
 	}
 }
+
+// imageEngine is a fakeEngine without some images, as the runner reports
+// them.
+type imageEngine struct {
+	*fakeEngine
+	missing map[string]bool
+}
+
+func (e *imageEngine) ImageID(_ context.Context, ref string) (string, error) {
+	if e.missing[ref] {
+		return "", fmt.Errorf("%w: %s (it is being built: step 1 of 3, 40s so far)", runner.ErrImageMissing, ref)
+	}
+	return "sha256:fake", nil
+}
+
+// A missing image of a profile other than the default leaves the service
+// ready and names the profiles it holds back and how far its build is; a
+// missing default image makes the service not ready.
+func TestReadyzImages(t *testing.T) {
+	const data, base = "sandboxd/python-data:3.11", "sandboxd/python:3.11"
+	t.Run("data image being built", func(t *testing.T) {
+		code, b := readyzWith(t, &imageEngine{fakeEngine: &fakeEngine{}, missing: map[string]bool{data: true}})
+		if code != 200 || b.Status != "ready" {
+			t.Fatalf("readyz %d %+v, want 200 ready", code, b)
+		}
+		c := check(b, "image "+data)
+		if c == nil || c.OK || !c.Optional {
+			t.Fatalf("check of the data image = %+v, want failed and optional", c)
+		}
+		for _, want := range []string{"being built", "step 1 of 3", "profile data", "503 UNAVAILABLE"} {
+			if !strings.Contains(c.Error, want) {
+				t.Errorf("data image check error %q lacks %q", c.Error, want)
+			}
+		}
+		if !slices.Equal(b.Unavailable, []string{"data"}) {
+			t.Errorf("unavailable_profiles = %v, want [data]", b.Unavailable)
+		}
+		if c := check(b, "image "+base); c == nil || !c.OK || c.Optional {
+			t.Errorf("check of the default image = %+v, want ok and required", c)
+		}
+		if c := check(b, "engine"); c == nil || !c.OK {
+			t.Errorf("engine check = %+v", c)
+		}
+	})
+	t.Run("default image missing", func(t *testing.T) {
+		code, b := readyzWith(t, &imageEngine{fakeEngine: &fakeEngine{}, missing: map[string]bool{base: true}})
+		if code != 503 || b.Status != "not ready" {
+			t.Fatalf("readyz %d %+v, want 503: the default profile needs its image", code, b)
+		}
+		if !slices.Contains(b.Unavailable, "default") {
+			t.Errorf("unavailable_profiles = %v, want default among them", b.Unavailable)
+		}
+	})
+}

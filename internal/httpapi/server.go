@@ -384,19 +384,10 @@ func (s *Server) readyz(c echo.Context) error {
 	add("engine", engineErr)
 	if engineErr == nil {
 		set := s.profiles()
-		seen := map[string]bool{}
-		for _, name := range set.Names() {
-			p := set.Exec[name]
-			if seen[p.Image] {
-				continue
-			}
-			seen[p.Image] = true
-			_, err := s.cfg.Engine.ImageID(ctx, p.Image)
-			add("image "+p.Image, err)
-		}
-		var rc []api.ReadyCheck
-		rc, unavailable = s.runtimeChecks(ctx, set)
-		checks = append(checks, rc...)
+		ic, iu := s.imageChecks(ctx, set)
+		rc, ru := s.runtimeChecks(ctx, set)
+		checks = append(append(checks, ic...), rc...)
+		unavailable = append(append(unavailable, iu...), ru...)
 		if ch, names := s.cellCheck(set); ch != nil {
 			checks = append(checks, *ch)
 			unavailable = append(unavailable, names...)
@@ -404,9 +395,9 @@ func (s *Server) readyz(c echo.Context) error {
 		if ch, names := s.egressCheck(set); ch != nil {
 			checks = append(checks, *ch)
 			unavailable = append(unavailable, names...)
-			slices.Sort(unavailable)
-			unavailable = slices.Compact(unavailable)
 		}
+		slices.Sort(unavailable)
+		unavailable = slices.Compact(unavailable)
 	}
 	add("data_dir", checkWritable(s.cfg.DataDir))
 	if s.plane.Shared() != nil {
@@ -423,6 +414,34 @@ func (s *Server) readyz(c echo.Context) error {
 		body["unavailable_profiles"] = unavailable
 	}
 	return c.JSON(code, body)
+}
+
+// imageChecks checks that each profile's image is present ("image REF").
+// The default profile's image is required; any other is optional: while it
+// is missing (not built yet, being built in the background by make run, or
+// deleted), readyz stays 200 and lists its profiles as unavailable, and
+// their execs answer 503 UNAVAILABLE saying how far its build is.
+func (s *Server) imageChecks(ctx context.Context, set *profiles.Set) (checks []api.ReadyCheck, unavailable []string) {
+	users := map[string][]string{} // image -> profile names
+	var order []string
+	for _, name := range set.Names() {
+		img := set.Exec[name].Image
+		if users[img] == nil {
+			order = append(order, img)
+		}
+		users[img] = append(users[img], name)
+	}
+	for _, img := range order {
+		ch := api.ReadyCheck{Name: "image " + img, Optional: !slices.Contains(users[img], profiles.DefaultName)}
+		_, err := s.cfg.Engine.ImageID(ctx, img)
+		ch.OK = err == nil
+		if err != nil {
+			ch.Error = fmt.Sprintf("%v; execs with profile %s answer 503 UNAVAILABLE", err, strings.Join(users[img], ", "))
+			unavailable = append(unavailable, users[img]...)
+		}
+		checks = append(checks, ch)
+	}
+	return checks, unavailable
 }
 
 // runtimeChecks checks that the engine offers each OCI runtime a profile
