@@ -107,3 +107,16 @@ func TestRetryAfter(t *testing.T) {
 		}
 	}
 }
+
+func TestKeepTail(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "RESULTS.md")
+	if got := keepTail(path, "# new\n"); got != "# new\n\n"+tailMarker+"\n" {
+		t.Fatalf("no file: %q", got)
+	}
+	if err := os.WriteFile(path, []byte("# old\n\n"+tailMarker+"\n\n## By hand\nfigures\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := keepTail(path, "# new\n"), "# new\n\n"+tailMarker+"\n## By hand\nfigures\n"; got != want {
+		t.Fatalf("keepTail = %q, want %q", got, want)
+	}
+}

@@ -112,7 +112,7 @@ func main() {
 	}
 	order = append(order, loadStrict)
 	sortRows(rows, order)
-	check(os.WriteFile(*out, []byte(report(rows, probes, &c, loads)), 0o644))
+	check(os.WriteFile(*out, []byte(keepTail(*out, report(rows, probes, &c, loads))), 0o644))
 	fmt.Fprintf(os.Stderr, "wrote %s\n", *out)
 }
 
@@ -244,4 +244,20 @@ func sortRows(rows []row, order []string) {
 		}
 		return a.conc - b.conc
 	})
+}
+
+// tailMarker ends what make bench writes in its output file; what follows
+// it there (figures measured otherwise, such as the state stores') is kept.
+const tailMarker = "<!-- make bench writes what is above this line and keeps what follows -->"
+
+// keepTail returns the new report followed by the marker and what followed
+// the marker in the file at path, if anything did.
+func keepTail(path, report string) string {
+	tail := ""
+	if old, err := os.ReadFile(path); err == nil {
+		if _, after, ok := strings.Cut(string(old), tailMarker); ok {
+			tail = after
+		}
+	}
+	return strings.TrimRight(report, "\n") + "\n\n" + tailMarker + "\n" + strings.TrimLeft(tail, "\n")
 }
