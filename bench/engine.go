@@ -97,14 +97,6 @@ func probeStrict(image string) *strictProbes {
 	return p
 }
 
-// cellsVerdict is the table's note for cells under runsc.
-func (p *strictProbes) cellsVerdict() string {
-	if r := p.results["runsc"]; len(r) > 0 && r[0] != "" {
-		return "not possible: bubblewrap cannot build a cell under this runsc (" + r[0] + ")"
-	}
-	return "not measured: bubblewrap builds a cell under this runsc, but sandboxd refuses isolation: cell with runtime runsc"
-}
-
 func lastLine(s string) string {
 	lines := strings.Split(strings.TrimSpace(s), "\n")
 	return strings.TrimSpace(lines[len(lines)-1])

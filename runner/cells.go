@@ -112,6 +112,10 @@ type cells struct {
 	perGrp  map[cellGroup]int // hosts of each group, busy or idle
 	total   int
 	changed chan struct{} // closed and replaced when a host frees up or goes
+	// waiting are the calls waiting for a host of each key, oldest first:
+	// a host that frees up goes to the oldest (putIdleLocked), so that under
+	// load no call waits behind later ones.
+	waiting map[cellKey][]chan *cellHost
 	current map[string]string
 	// settling are hosts building their next cell after a run.
 	settling map[*cellHost]bool
@@ -131,7 +135,7 @@ type cellFilter struct {
 
 func newCells(r *Runner, most int) *cells {
 	c := &cells{
-		r: r, most: most, idle: map[cellKey][]*cellHost{}, perGrp: map[cellGroup]int{},
+		r: r, most: most, idle: map[cellKey][]*cellHost{}, perGrp: map[cellGroup]int{}, waiting: map[cellKey][]chan *cellHost{},
 		changed: make(chan struct{}), settling: map[*cellHost]bool{}, stop: make(chan struct{}),
 		filters: map[string]cellFilter{}, check: userNamespaceCheck,
 	}
@@ -356,14 +360,68 @@ func (c *cells) acquire(ctx context.Context, spec *Spec, imageID string) (h *cel
 			c.remove(v)
 			continue
 		}
+		turn := make(chan *cellHost, 1)
+		c.waiting[key] = append(c.waiting[key], turn)
 		ch := c.changed
 		c.mu.Unlock()
 		select {
+		case h := <-turn:
+			if h.dead.Load() {
+				c.remove(h)
+				continue
+			}
+			return h, false, nil
 		case <-ch:
+			// A host went (room to start one) or sandboxd is closing:
+			// look again, unless a host was handed over meanwhile.
+			if h := c.leaveQueue(key, turn); h != nil {
+				return h, false, nil
+			}
 		case <-ctx.Done():
+			if h := c.leaveQueue(key, turn); h != nil {
+				c.mu.Lock()
+				c.putIdleLocked(h) // to the next in line
+				c.mu.Unlock()
+			}
 			return nil, false, ctx.Err()
 		}
 	}
+}
+
+// leaveQueue takes turn out of key's queue. When a host was handed to it
+// already, it returns that host, which the caller now holds.
+func (c *cells) leaveQueue(key cellKey, turn chan *cellHost) *cellHost {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	q := c.waiting[key]
+	if i := slices.Index(q, turn); i >= 0 {
+		c.waiting[key] = slices.Delete(q, i, i+1)
+		if len(c.waiting[key]) == 0 {
+			delete(c.waiting, key)
+		}
+		return nil
+	}
+	return <-turn // putIdleLocked sent it before taking turn out
+}
+
+// putIdleLocked hands a host with a built cell to the oldest call waiting
+// for its key, or puts it on the idle list and wakes the waiters of other
+// keys (one may now evict it).
+func (c *cells) putIdleLocked(h *cellHost) {
+	h.idleSince = time.Now()
+	if q := c.waiting[h.key]; len(q) > 0 {
+		turn := q[0]
+		if len(q) == 1 {
+			delete(c.waiting, h.key)
+		} else {
+			c.waiting[h.key] = q[1:]
+		}
+		turn <- h // buffered: never blocks
+		return
+	}
+	c.idle[h.key] = append(c.idle[h.key], h)
+	close(c.changed)
+	c.changed = make(chan struct{})
 }
 
 // staleLocked takes the idle hosts of key's tenant and profile made from
@@ -533,10 +591,7 @@ func (c *cells) release(h *cellHost, keep bool) {
 			c.remove(h)
 			return
 		}
-		h.idleSince = time.Now()
-		c.idle[h.key] = append(c.idle[h.key], h)
-		close(c.changed)
-		c.changed = make(chan struct{})
+		c.putIdleLocked(h)
 		c.mu.Unlock()
 	}()
 }
@@ -628,6 +683,8 @@ func (c *cells) close() {
 		h.hj.Close() // its awaitReady fails and removes it
 	}
 	close(c.stop)
+	close(c.changed) // waiters look again and find sandboxd closing
+	c.changed = make(chan struct{})
 	c.mu.Unlock()
 	for _, h := range gone {
 		c.remove(h)
