@@ -49,6 +49,15 @@ const LabelCellTenant = "sandboxd.cell-tenant"
 // bubblewrap's two and the cell's init.
 const cellPidsOverhead = 4
 
+// runscCellPidsOverhead is what a cell host under runsc needs on top of a
+// runsc container's overhead: its Sentry lives for hundreds of runs and
+// grows its threads under load. Measured with 16 callers on 2 CPUs
+// (ptrace platform): the hosts' pids.current stood at 96 to 110 and
+// reached the former limit of 116, which ended the whole host (the Sentry
+// could not start a thread: exit 2, the run reported killed; 5 of 838
+// execs in make bench).
+const runscCellPidsOverhead = 96
+
 // cellReadyTimeout bounds building a host's next cell (Python's start
 // and the preload import included).
 const cellReadyTimeout = startTimeout
@@ -308,6 +317,9 @@ func hostOptions(spec *Spec, imageID, instance, hostID string, f cellFilter) (*c
 		hc.MaskedPaths, hc.ReadonlyPaths = []string{}, []string{}
 	}
 	pids := *hc.PidsLimit + cellPidsOverhead
+	if spec.Profile.Runtime == profiles.RuntimeRunsc {
+		pids += runscCellPidsOverhead
+	}
 	hc.PidsLimit = &pids
 	return cfg, hc, nil
 }
