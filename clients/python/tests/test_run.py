@@ -169,8 +169,10 @@ def test_auth_and_health(server):
         assert c.health() is True
         ready = c.ready()
     assert ready.checks and any(ch.name == "engine" and ch.ok for ch in ready.checks)
-    # The missing image of the retry tests' profile makes it not ready.
-    assert not ready.ready and any("no-such-image" in ch.name and not ch.ok for ch in ready.checks), ready
+    # The missing image of the retry tests' profile leaves the service ready
+    # and that profile unavailable, its check failed and optional.
+    assert ready.ready and "missing" in ready.unavailable_profiles, ready
+    assert any("no-such-image" in ch.name and not ch.ok and ch.optional for ch in ready.checks), ready
     with sandboxd.Client("http://127.0.0.1:1", "k", retry=sandboxd.RetryPolicy(max_retries=1, backoff_base=0.01)) as c:
         with pytest.raises(sandboxd.ConnectionFailed) as ei:
             c.run("print(1)", idempotency_key="k-1")
