@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Run a command and report the machine's busy CPU and the CPU seconds of
-PostgreSQL's processes and of the rest while it ran, sampled from /proc every
+PostgreSQL's processes while it ran, sampled from /proc every
 0.2 s (bench/RESULTS.md, "The state of a fleet"). Usage: proccpu.py CMD [ARGS...]"""
 import os, subprocess, sys, time
 tick = os.sysconf('SC_CLK_TCK')
@@ -31,5 +31,4 @@ b1, t1 = machine(); w1 = time.time()
 out = proc.stdout.read()
 print(out)
 pg = sum(v - base.get(k, 0) for k, v in seen.items() if k[1] == 'postgres') / tick
-other = sum(v - base.get(k, 0) for k, v in seen.items() if k[1] != 'postgres') / tick
-print(f"wall {w1-w0:.1f}s machine busy {(b1-b0)/tick:.1f} cpu-s of {(t1-t0)/tick:.1f} ({100*(b1-b0)/(t1-t0):.0f}%); postgres processes {pg:.1f} cpu-s; others {other:.1f} cpu-s")
+print(f"wall {w1-w0:.1f}s machine busy {(b1-b0)/tick:.1f} cpu-s of {(t1-t0)/tick:.1f} ({100*(b1-b0)/(t1-t0):.0f}%); postgres processes {pg:.1f} cpu-s")

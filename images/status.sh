@@ -6,6 +6,7 @@
 #
 #   build_status STATE STEP_NUMBER STEPS STEP   STATE: building, failed, done
 #   build_status_trap                           on EXIT: done, or failed at the last step
+#   status_file_name IMAGE                      the status file's name (imagebuild.FileName)
 
 status_started="$(date -u +%Y-%m-%dT%H:%M:%SZ)"
 status_step="" status_n=0 status_steps=0
@@ -33,3 +34,5 @@ build_status_trap() {
 	if [[ $rc -eq 0 ]]; then build_status done; else build_status failed; fi
 	return $rc
 }
+
+status_file_name() { printf '%s.json' "$(printf '%s' "$1" | tr -c 'A-Za-z0-9._-' '_')"; }

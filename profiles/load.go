@@ -48,6 +48,21 @@ func (s *Set) Names() []string {
 	return sortedNames(s.Exec)
 }
 
+// ProfilesByImage returns the images the exec profiles name, sorted, and
+// for each the names of the profiles that use it, sorted.
+func (s *Set) ProfilesByImage() (images []string, users map[string][]string) {
+	users = map[string][]string{}
+	for _, name := range s.Names() {
+		img := s.Exec[name].Image
+		if users[img] == nil {
+			images = append(images, img)
+		}
+		users[img] = append(users[img], name)
+	}
+	slices.Sort(images)
+	return images, users
+}
+
 // Report is what Check finds in a profiles dir: every problem of every
 // file, and every warning.
 type Report struct {

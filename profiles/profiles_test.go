@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 
@@ -813,5 +814,22 @@ func TestClone3OnlyUnderRunsc(t *testing.T) {
 			continue
 		}
 		wantErr(t, err, filepath.Join(dir, "exec", "default.yaml"), 4, `seccomp file "gvisor.json" allows clone3`, "runtime: runsc", "errnoRet")
+	}
+}
+
+func TestProfilesByImage(t *testing.T) {
+	set, err := Load(".")
+	if err != nil {
+		t.Fatal(err)
+	}
+	images, users := set.ProfilesByImage()
+	if want := []string{"sandboxd/python-data:3.11", "sandboxd/python:3.11"}; !slices.Equal(images, want) {
+		t.Fatalf("images %v, want %v", images, want)
+	}
+	if got := users["sandboxd/python:3.11"]; !slices.Equal(got, []string{"default", "strict"}) {
+		t.Errorf("users of the default image: %v", got)
+	}
+	if got := users["sandboxd/python-data:3.11"]; !slices.Equal(got, []string{"data"}) {
+		t.Errorf("users of the data image: %v", got)
 	}
 }

@@ -88,3 +88,26 @@ func TestHostSeccompAddsOnlyCellSetup(t *testing.T) {
 		t.Errorf("the added rule is %v %s, want %v allowed", last.Names, last.Action, cellSetupSyscalls)
 	}
 }
+
+// A cell host's pids limit is the run's plus the launcher's, the cell's
+// set-up and, under runsc, room for a long-lived Sentry.
+func TestCellHostPidsLimit(t *testing.T) {
+	set, err := profiles.Load("../profiles")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, want := range map[string]int64{
+		"default": pidsOverhead + cellPidsOverhead,
+		"strict":  pidsOverhead + runscPidsOverhead + cellPidsOverhead + runscCellPidsOverhead,
+	} {
+		p := set.Exec[name]
+		spec := &Spec{ID: "ex_host", Tenant: "acme", Profile: p, Limits: p.Limits}
+		_, hc, err := hostOptions(spec, "sha256:img", "unit", "ex_host", cellFilter{host: []byte("{}")})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := *hc.PidsLimit - p.Limits.Pids; got != want {
+			t.Errorf("%s: the host's pids limit is the run's + %d, want + %d", name, got, want)
+		}
+	}
+}

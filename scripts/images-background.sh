@@ -21,28 +21,38 @@ mkdir -p "$dir"
 dir="$(cd "$dir" && pwd)"
 repo_dir="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 
-# The status file of an image: internal/imagebuild.FileName.
-status_name() { printf '%s' "$1" | tr -c 'A-Za-z0-9._-' '_'; }
+# shellcheck source=images/status.sh
+source "$repo_dir/images/status.sh" # status_file_name, build_status
 
 if [[ -n "$worker" ]]; then
 	for spec in "$@"; do
-		target="${spec%%=*}" image="${spec#*=}" name="$(status_name "$image")"
+		target="${spec%%=*}" image="${spec#*=}" name="$(status_file_name "$image")"; name="${name%.json}"
 		if STATUS_FILE="$dir/$name.json" STATUS_LOG="$dir/$name.log" \
 			make -C "$repo_dir" --no-print-directory "$target" >"$dir/$name.log" 2>&1; then
 			echo "$(date -u +%H:%M:%S) $image is ready" >>"$dir/background.log"
 		else
 			echo "$(date -u +%H:%M:%S) building $image failed; see $dir/$name.log" >>"$dir/background.log"
+			# make failed before the build script could say so (a
+			# compile error, say): the status must not stay "building".
+			if grep -q '"state":"building"' "$dir/$name.json" 2>/dev/null; then
+				(
+					STATUS_FILE="$dir/$name.json" STATUS_IMAGE="$image" STATUS_LOG="$dir/$name.log" status_step="make $target"
+					build_status failed
+				)
+			fi
 		fi
 	done
 	exit 0
 fi
 
 for spec in "$@"; do
-	image="${spec#*=}" name="$(status_name "$image")"
+	image="${spec#*=}" name="$(status_file_name "$image")"; name="${name%.json}"
 	# Written at once, so that a request that comes before the build starts
 	# already hears that the image is on its way.
-	STATUS_FILE="$dir/$name.json" STATUS_IMAGE="$image" STATUS_LOG="$dir/$name.log" bash -c \
-		'source "$0"; build_status building 0 3 "waiting for another image build to finish"' "$repo_dir/images/status.sh"
+	(
+		STATUS_FILE="$dir/$name.json" STATUS_IMAGE="$image" STATUS_LOG="$dir/$name.log"
+		build_status building 0 3 "waiting for another image build to finish"
+	)
 	echo "==> building $image in the background; its profiles answer 503 until it is ready (progress: $dir/$name.log)"
 done
 # A session of its own: an interrupt of `make run` stops the service, not

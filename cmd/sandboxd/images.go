@@ -3,8 +3,6 @@ package main
 import (
 	"context"
 	"log/slog"
-	"maps"
-	"slices"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -31,13 +29,9 @@ type imageWatcher struct {
 // look checks every image of the profiles in force once.
 func (w *imageWatcher) look(ctx context.Context) {
 	set := w.current.Load()
-	users := map[string][]string{}
-	for _, name := range set.Names() {
-		img := set.Exec[name].Image
-		users[img] = append(users[img], name)
-	}
+	images, users := set.ProfilesByImage()
 	appeared := false
-	for _, img := range slices.Sorted(maps.Keys(users)) {
+	for _, img := range images {
 		_, err := w.eng.ImageID(ctx, img)
 		if ctx.Err() != nil {
 			return

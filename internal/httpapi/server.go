@@ -422,16 +422,8 @@ func (s *Server) readyz(c echo.Context) error {
 // deleted), readyz stays 200 and lists its profiles as unavailable, and
 // their execs answer 503 UNAVAILABLE saying how far its build is.
 func (s *Server) imageChecks(ctx context.Context, set *profiles.Set) (checks []api.ReadyCheck, unavailable []string) {
-	users := map[string][]string{} // image -> profile names
-	var order []string
-	for _, name := range set.Names() {
-		img := set.Exec[name].Image
-		if users[img] == nil {
-			order = append(order, img)
-		}
-		users[img] = append(users[img], name)
-	}
-	for _, img := range order {
+	images, users := set.ProfilesByImage()
+	for _, img := range images {
 		ch := api.ReadyCheck{Name: "image " + img, Optional: !slices.Contains(users[img], profiles.DefaultName)}
 		_, err := s.cfg.Engine.ImageID(ctx, img)
 		ch.OK = err == nil

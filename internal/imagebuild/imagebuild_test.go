@@ -2,6 +2,7 @@ package imagebuild
 
 import (
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -82,5 +83,30 @@ func TestReadAndDescribe(t *testing.T) {
 		if s, err := Read(dir, ref); err == nil {
 			t.Errorf("%s: read as %+v, want an error", name, s)
 		}
+	}
+}
+
+// images/status.sh, which the build scripts source, writes what Read
+// reads, under the name FileName gives.
+func TestStatusScriptWritesWhatReadReads(t *testing.T) {
+	dir := t.TempDir()
+	const ref = "sandboxd/python-data:3.11"
+	script := `source ../../images/status.sh
+STATUS_IMAGE="$1" STATUS_LOG="$2/x.log" STATUS_FILE="$2/$(status_file_name "$1")"
+build_status building 2 3 'building "the" image'
+echo "$(status_file_name "$1")"`
+	out, err := exec.Command("bash", "-c", script, "bash", ref, dir).CombinedOutput()
+	if err != nil {
+		t.Fatalf("status.sh: %v\n%s", err, out)
+	}
+	if got := strings.TrimSpace(string(out)); got != FileName(ref) {
+		t.Errorf("status_file_name %q, FileName %q", got, FileName(ref))
+	}
+	s, err := Read(dir, ref)
+	if err != nil || s == nil {
+		t.Fatalf("Read: %+v %v", s, err)
+	}
+	if s.State != Building || s.StepNumber != 2 || s.Steps != 3 || s.Step != `building "the" image` || s.Log != dir+"/x.log" || s.Started.IsZero() {
+		t.Errorf("read back %+v", s)
 	}
 }
