@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -147,6 +148,11 @@ type Postgres struct {
 	// DeadAfter is how long a member may go without a Beat before its
 	// in-flight work is taken for interrupted (Recover).
 	DeadAfter time.Duration
+
+	// beating is, per owner beating through this store, when its current
+	// run of successful beats began (Recover's vantage point).
+	beatMu  sync.Mutex
+	beating map[string]time.Time
 }
 
 // DefaultDeadAfter is Postgres.DeadAfter's default: a replica beats every
@@ -170,7 +176,8 @@ func OpenPostgres(ctx context.Context, dsn string) (*Postgres, error) {
 		pool.Close()
 		return nil, err
 	}
-	return &Postgres{common: common{q: pgQ{pool}, perExec: pgQ{relaxed}}, pool: pool, relaxed: relaxed, DeadAfter: DefaultDeadAfter}, nil
+	return &Postgres{common: common{q: pgQ{pool}, perExec: pgQ{relaxed}}, pool: pool, relaxed: relaxed, DeadAfter: DefaultDeadAfter,
+		beating: map[string]time.Time{}}, nil
 }
 
 // Pool is the connection pool, for the other PostgreSQL-backed parts of
@@ -282,8 +289,18 @@ func liveOwners(col string, arg int) string {
 // dead replica's in-flight keys answer INTERRUPTED on every other. The
 // dead owners' budget holds and open sessions go too (Ended with the
 // reason).
+//
+// A missed beat proves a member dead only while the database answered:
+// when it was down (or out of reach) nobody could beat, and the first
+// replica back must not take the others' running work for interrupted.
+// So Recover does nothing until owner itself has beaten through this
+// store without a failure for DeadAfter; by then every live member has
+// beaten again.
 func (s *Postgres) Recover(ctx context.Context, owner string) (RecoverStats, error) {
 	var st RecoverStats
+	if !s.watched(owner) {
+		return st, nil
+	}
 	cut := ms(time.Now().Add(-s.DeadAfter))
 	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 		tag, err := tx.Exec(ctx, `UPDATE idempotency SET state = $1 WHERE state = $2 AND owner <> $3 AND NOT `+liveOwners("owner", 4),

@@ -149,6 +149,12 @@ func TestRecoverTakesOnlyDeadMembersWork(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	time.Sleep(700 * time.Millisecond)
+	for _, m := range []Member{{Owner: "p_live", Replica: "r1", Addr: "http://r1"}, {Owner: "p_dead", Replica: "r2", Addr: "http://r2"}, {Owner: "p_me", Replica: "r3"}} {
+		if err := s.Beat(ctx, m); err != nil {
+			t.Fatal(err)
+		}
+	}
 	if st, err := s.Recover(ctx, "p_me"); err != nil || st.Idempotency != 0 {
 		t.Fatalf("recover while all are alive: %+v %v", st, err)
 	}
@@ -187,6 +193,67 @@ func TestRecoverTakesOnlyDeadMembersWork(t *testing.T) {
 	}
 	if _, _, err := s.Member(ctx, "p_live"); !errors.Is(err, ErrNotFound) {
 		t.Errorf("after Leave: %v", err)
+	}
+}
+
+// While the database is down nobody beats: the first member back must not
+// take the others' work for interrupted. Recover waits until its own
+// beats have gone through for DeadAfter; a member still silent then is
+// dead.
+func TestRecoverWaitsOutAStoreOutage(t *testing.T) {
+	ctx := context.Background()
+	// One store per process, as in a fleet.
+	dsn := newPGDatabase(t)
+	s, so := openPG(t, dsn), openPG(t, dsn)
+	defer s.Close()
+	defer so.Close()
+	s.DeadAfter, so.DeadAfter = 500*time.Millisecond, 500*time.Millisecond
+	me, other := Member{Owner: "p_me", Replica: "r1"}, Member{Owner: "p_other", Replica: "r2"}
+	if st, err := s.Recover(ctx, me.Owner); err != nil || st != (RecoverStats{}) {
+		t.Fatalf("recover before a first beat: %+v %v", st, err)
+	}
+	for m, st := range map[Member]*Postgres{me: s, other: so} {
+		if err := st.Beat(ctx, m); err != nil {
+			t.Fatal(err)
+		}
+		if _, _, err := st.ClaimIdempotency(ctx, &IdemRecord{Tenant: "t", Key: m.Owner, Owner: m.Owner, ExpiresAt: time.Now().Add(time.Hour)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	time.Sleep(700 * time.Millisecond)
+	// The outage as p_me sees it: its beat fails.
+	down, cancel := context.WithCancel(ctx)
+	cancel()
+	if err := s.Beat(down, me); err == nil {
+		t.Fatal("a beat with a cancelled context succeeded")
+	}
+	time.Sleep(700 * time.Millisecond)
+	// Back: p_me beats first; p_other's last beat is 1.4 s old.
+	if err := s.Beat(ctx, me); err != nil {
+		t.Fatal(err)
+	}
+	if st, err := s.Recover(ctx, me.Owner); err != nil || st.Idempotency != 0 {
+		t.Fatalf("recover right after the outage: %+v %v; want nothing taken", st, err)
+	}
+	if r, _ := s.GetIdempotency(ctx, "t", other.Owner); r.State != IdemInFlight {
+		t.Fatalf("p_other's key after the outage: %s", r.State)
+	}
+	if _, alive, err := s.Member(ctx, other.Owner); err != nil || !alive {
+		t.Fatalf("p_other right after the outage: alive %v, %v; want presumed alive", alive, err)
+	}
+	// p_other stays silent while p_me's beats go through: dead.
+	time.Sleep(600 * time.Millisecond)
+	if err := s.Beat(ctx, me); err != nil {
+		t.Fatal(err)
+	}
+	if st, err := s.Recover(ctx, me.Owner); err != nil || st.Idempotency != 1 {
+		t.Fatalf("recover %s after p_me's beats went through: %+v %v; want p_other's key", s.DeadAfter, st, err)
+	}
+	if r, _ := s.GetIdempotency(ctx, "t", me.Owner); r.State != IdemInFlight {
+		t.Errorf("p_me's own key: %s", r.State)
+	}
+	if _, alive, err := s.Member(ctx, other.Owner); err != nil || alive {
+		t.Errorf("p_other silent while the store answered: alive %v, %v", alive, err)
 	}
 }
 

@@ -476,6 +476,11 @@ func TestStateStoreOutage(t *testing.T) {
 	var outs []outcome
 	done := make(chan struct{})
 	go func() { outs = keyedLoad(t, 3, stop); close(done) }()
+	const tookOver = "took over the work of replicas that stopped answering"
+	tookBefore := map[string]int{}
+	for _, r := range replicas {
+		tookBefore[r.name] = strings.Count(r.cfg.Log.String(), tookOver)
+	}
 	time.Sleep(2 * time.Second)
 	pg.Stop()
 	downAt := time.Now()
@@ -522,6 +527,16 @@ func TestStateStoreOutage(t *testing.T) {
 	for _, r := range replicas {
 		if code, body, err := r.server().WaitReady(15 * time.Second); err != nil {
 			t.Errorf("%s not ready after the outage: %d %v %s", r.name, code, err, body)
+		}
+	}
+	// Nobody could beat while the database was down: no replica may take
+	// another's work for a dead replica's once it is back.
+	// Wait for a recovery pass (every 5 s) after the first DeadAfter (10 s)
+	// of beats.
+	time.Sleep(time.Until(upAt.Add(16 * time.Second)))
+	for _, r := range replicas {
+		if n := strings.Count(r.cfg.Log.String(), tookOver) - tookBefore[r.name]; n > 0 {
+			t.Errorf("%s took over live replicas' work after the outage:\n%s", r.name, r.cfg.Log.Tail(20))
 		}
 	}
 }
