@@ -422,6 +422,18 @@ func checkNothingLost(t *testing.T, outs []outcome) {
 // replica, started again, removes the containers it left.
 func TestReplicaKilledUnderLoad(t *testing.T) {
 	victim := replicas[2]
+	ctx := context.Background()
+	// A session that lives on the victim.
+	res, err := client(victim.url(), agentKey).Do(ctx, e2e.Request{Method: "POST", Path: "/sessions", Body: []byte(`{}`), Header: e2e.JSONHeader})
+	if err != nil || res.Status != 201 {
+		t.Fatalf("create a session on %s: %v %v", victim.name, err, res)
+	}
+	var ses struct {
+		ID string `json:"id"`
+	}
+	if err := json.Unmarshal(res.Body, &ses); err != nil {
+		t.Fatal(err)
+	}
 	stop := make(chan struct{})
 	var outs []outcome
 	done := make(chan struct{})
@@ -450,6 +462,23 @@ func TestReplicaKilledUnderLoad(t *testing.T) {
 		t.Error("the other replicas served nothing")
 	}
 	checkNothingLost(t, outs)
+	// Its session ends, told through any replica: 503 to retry while its
+	// replica may only be slow, then 409 SESSION_ENDED once it has missed
+	// its beats (10 s); never a hang.
+	for {
+		res, err := client(replicas[0].url(), agentKey).Do(ctx, e2e.Request{Method: "POST", Path: "/sessions/" + ses.ID + "/exec",
+			Body: e2e.JSON(map[string]string{"code": "print(1)"}), Header: e2e.JSONHeader})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if res.Status == 409 && strings.Contains(string(res.Body), "SESSION_ENDED") && strings.Contains(string(res.Body), "stopped answering") {
+			break
+		}
+		if res.Status != 503 || res.Header.Get("Retry-After") == "" || time.Since(killedAt) > 30*time.Second {
+			t.Fatalf("the killed replica's session %v after it was killed: %d %s; want 503 with Retry-After, then 409 SESSION_ENDED", time.Since(killedAt).Round(time.Second), res.Status, res.Body)
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
 	// Started again on the same data dir, it removes what the killed
 	// process left, and serves.
 	if err := victim.start(); err != nil {
@@ -461,7 +490,7 @@ func TestReplicaKilledUnderLoad(t *testing.T) {
 	if !strings.Contains(victim.cfg.Log.String(), "removed containers left by an earlier process") {
 		t.Errorf("%s did not report removing the killed process's containers:\n%s", victim.name, victim.cfg.Log.Tail(40))
 	}
-	if _, _, err := client(victim.url(), agentKey).ExecOK(context.Background(), e2e.Py("print(3)"), "", "3\n"); err != nil {
+	if _, _, err := client(victim.url(), agentKey).ExecOK(ctx, e2e.Py("print(3)"), "", "3\n"); err != nil {
 		t.Fatalf("%s after restart: %v", victim.name, err)
 	}
 }
