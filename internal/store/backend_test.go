@@ -6,6 +6,7 @@ import (
 	"os"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/sandboxd/sandboxd/internal/pgtest"
 )
@@ -35,6 +36,22 @@ func newPGDatabase(t testing.TB) string {
 		t.Fatal(err)
 	}
 	return dsn
+}
+
+// beatLongEnough makes owner a member of a shared store that has beaten
+// for its DeadAfter (shortened), so that its Recover takes the work of
+// owners that are not members; the SQLite store needs nothing.
+func beatLongEnough(t *testing.T, s Store, owner string) {
+	t.Helper()
+	pg, ok := s.(*Postgres)
+	if !ok {
+		return
+	}
+	pg.DeadAfter = 100 * time.Millisecond
+	if err := pg.Beat(context.Background(), Member{Owner: owner, Replica: "r"}); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(pg.DeadAfter + 10*time.Millisecond)
 }
 
 // backend is one Store implementation under test; open, called again,

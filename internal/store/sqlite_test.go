@@ -89,6 +89,7 @@ func testReleaseRecoverAndExpiry(t *testing.T, b backend) {
 	}
 	s.PutExec(ctx, &ExecRecord{ID: "ex_q", Tenant: "t", State: ExecQueued, Owner: "dead", ExpiresAt: exp})
 	s.PutExec(ctx, &ExecRecord{ID: "ex_d", Tenant: "t", State: ExecDone, Owner: "dead", Body: []byte("{}"), ExpiresAt: exp})
+	beatLongEnough(t, s, "live")
 	st, err := s.Recover(ctx, "live")
 	if err != nil || st.Idempotency != 1 || st.Execs != 1 {
 		t.Fatalf("recover: %+v %v", st, err)
