@@ -479,6 +479,10 @@ func TestReplicaKilledUnderLoad(t *testing.T) {
 		}
 		time.Sleep(500 * time.Millisecond)
 	}
+	// The other replicas' recovery pass (every 5 s, once its beats are 10 s
+	// old) has taken the killed process's work by now; later tests (the
+	// outage's) require that nobody takes over anything in theirs.
+	time.Sleep(time.Until(killedAt.Add(17 * time.Second)))
 	// Started again on the same data dir, it removes what the killed
 	// process left, and serves.
 	if err := victim.start(); err != nil {
