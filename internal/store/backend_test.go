@@ -38,9 +38,9 @@ func newPGDatabase(t testing.TB) string {
 	return dsn
 }
 
-// beatLongEnough makes owner a member of a shared store that has beaten
-// for its DeadAfter (shortened), so that its Recover takes the work of
-// owners that are not members; the SQLite store needs nothing.
+// beatLongEnough makes owner a member of a shared store whose beats have
+// gone through for its DeadAfter (shortened), so that its Recover takes
+// the work of owners that are not members; the SQLite store needs nothing.
 func beatLongEnough(t *testing.T, s Store, owner string) {
 	t.Helper()
 	pg, ok := s.(*Postgres)

@@ -18,9 +18,9 @@ type Shared interface {
 	// Leave removes a member that stops cleanly.
 	Leave(ctx context.Context, owner string) error
 	// Member returns the member owner and whether it is alive, or
-	// ErrNotFound. A member is presumed alive until this process has
-	// seen the store answer its own beats for DeadAfter: after an outage
-	// of the store, nobody's beats are recent.
+	// ErrNotFound. A member is presumed alive until this process's beats
+	// have gone through for DeadAfter: after an outage of the store,
+	// nobody's beats are recent.
 	Member(ctx context.Context, owner string) (*Member, bool, error)
 
 	// TakeToken takes one token from the bucket key, refilled at perSec

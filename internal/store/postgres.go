@@ -4,7 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -149,10 +149,10 @@ type Postgres struct {
 	// in-flight work is taken for interrupted (Recover).
 	DeadAfter time.Duration
 
-	// beating is, per owner beating through this store, when its current
-	// run of successful beats began (Recover's vantage point).
-	beatMu  sync.Mutex
-	beating map[string]time.Time
+	// beatsSince is when this store's current run of successful beats
+	// began (UnixNano; 0 after a failed beat, or before the first): the
+	// vantage from which a member's silence proves it dead (watched).
+	beatsSince atomic.Int64
 }
 
 // DefaultDeadAfter is Postgres.DeadAfter's default: a replica beats every
@@ -176,8 +176,7 @@ func OpenPostgres(ctx context.Context, dsn string) (*Postgres, error) {
 		pool.Close()
 		return nil, err
 	}
-	return &Postgres{common: common{q: pgQ{pool}, perExec: pgQ{relaxed}}, pool: pool, relaxed: relaxed, DeadAfter: DefaultDeadAfter,
-		beating: map[string]time.Time{}}, nil
+	return &Postgres{common: common{q: pgQ{pool}, perExec: pgQ{relaxed}}, pool: pool, relaxed: relaxed, DeadAfter: DefaultDeadAfter}, nil
 }
 
 // Pool is the connection pool, for the other PostgreSQL-backed parts of
@@ -293,12 +292,12 @@ func liveOwners(col string, arg int) string {
 // A missed beat proves a member dead only while the database answered:
 // when it was down (or out of reach) nobody could beat, and the first
 // replica back must not take the others' running work for interrupted.
-// So Recover does nothing until owner itself has beaten through this
-// store without a failure for DeadAfter; by then every live member has
-// beaten again.
+// So Recover does nothing until this store's beats have gone through
+// without a failure for DeadAfter; by then every live member has beaten
+// again.
 func (s *Postgres) Recover(ctx context.Context, owner string) (RecoverStats, error) {
 	var st RecoverStats
-	if !s.watched(owner) {
+	if !s.watched() {
 		return st, nil
 	}
 	cut := ms(time.Now().Add(-s.DeadAfter))

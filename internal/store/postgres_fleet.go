@@ -20,22 +20,16 @@ func (s *Postgres) Beat(ctx context.Context, m Member) error {
 	_, err := s.relaxed.Exec(ctx, `INSERT INTO members (owner, replica, addr, started_at, seen_at) VALUES ($1, $2, $3, $4, $5)
 		ON CONFLICT (owner) DO UPDATE SET replica = excluded.replica, addr = excluded.addr, seen_at = excluded.seen_at`,
 		m.Owner, m.Replica, m.Addr, ms(m.StartedAt), ms(now))
-	s.beatMu.Lock()
-	defer s.beatMu.Unlock()
-	if _, ok := s.beating[m.Owner]; err != nil || !ok {
-		delete(s.beating, m.Owner)
-		if err == nil {
-			s.beating[m.Owner] = now
-		}
+	if err != nil {
+		s.beatsSince.Store(0)
+	} else {
+		s.beatsSince.CompareAndSwap(0, now.UnixNano())
 	}
 	return err
 }
 
 // Leave implements Shared.
 func (s *Postgres) Leave(ctx context.Context, owner string) error {
-	s.beatMu.Lock()
-	delete(s.beating, owner)
-	s.beatMu.Unlock()
 	_, err := s.pool.Exec(ctx, `DELETE FROM members WHERE owner = $1`, owner)
 	return err
 }
@@ -50,22 +44,16 @@ func (s *Postgres) Member(ctx context.Context, owner string) (*Member, bool, err
 		return nil, false, pgNotFound(err)
 	}
 	m.StartedAt, m.SeenAt = fromMS(started), fromMS(seen)
-	return m, time.Since(m.SeenAt) < s.DeadAfter || !s.watched(""), nil
+	return m, time.Since(m.SeenAt) < s.DeadAfter || !s.watched(), nil
 }
 
-// watched says whether owner ("": any owner beating through this store)
-// has beaten without a failure for DeadAfter: only then does a member's
-// silence prove it dead rather than the database down or out of reach
-// (nobody beats through an outage).
-func (s *Postgres) watched(owner string) bool {
-	s.beatMu.Lock()
-	defer s.beatMu.Unlock()
-	for o, since := range s.beating {
-		if (owner == "" || o == owner) && time.Since(since) >= s.DeadAfter {
-			return true
-		}
-	}
-	return false
+// watched says whether this store's beats have gone through without a
+// failure for DeadAfter: only then does a member's silence prove it dead
+// rather than the database down or out of reach (nobody beats through an
+// outage).
+func (s *Postgres) watched() bool {
+	since := s.beatsSince.Load()
+	return since != 0 && time.Since(time.Unix(0, since)) >= s.DeadAfter
 }
 
 // TakeToken implements Shared: the bucket is refilled (made full when

@@ -563,9 +563,8 @@ func TestStateStoreOutage(t *testing.T) {
 		}
 	}
 	// Nobody could beat while the database was down: no replica may take
-	// another's work for a dead replica's once it is back.
-	// Wait for a recovery pass (every 5 s) after the first DeadAfter (10 s)
-	// of beats.
+	// another's work for a dead replica's once it is back, in the first
+	// recovery pass (every 5 s) after 10 s of beats or in any later one.
 	time.Sleep(time.Until(upAt.Add(16 * time.Second)))
 	for _, r := range replicas {
 		if n := strings.Count(r.cfg.Log.String(), tookOver) - tookBefore[r.name]; n > 0 {
